@@ -1,0 +1,189 @@
+# agentplane: a Kubernetes control plane for AI-agent workloads.
+# `make help` lists every target.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT  := $(CURDIR)
+BIN   := $(ROOT)/bin
+TOOLS := $(BIN)/tools
+export CGO_ENABLED ?= 0
+
+# Tool versions. Kubernetes and etcd are pinned in their tools modules' go.mod (the single source
+# of truth); the rest here. Each binary lives under a folder named for its version, so a bump
+# rebuilds it.
+KUBE_VERSION               := $(shell awk '/^require k8s.io\/kubernetes /{print $$3}' hack/tools/kube/go.mod)
+ETCD_VERSION               := $(shell awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $$3}' hack/tools/etcd/go.mod)
+KWOK_VERSION               ?= v0.8.0
+CONTROLLER_GEN_VERSION     ?= v0.23.0
+HELM_VERSION               ?= v3.22.0
+BUF_VERSION                ?= v1.75.0
+PROTOC_GEN_GO_VERSION      ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
+JAEGER_VERSION             ?= v1.76.0
+
+KUBE_DIR           := $(TOOLS)/kube/$(KUBE_VERSION)
+KUBE_APISERVER     := $(KUBE_DIR)/kube-apiserver
+KUBE_CM            := $(KUBE_DIR)/kube-controller-manager
+KUBE_SCHEDULER     := $(KUBE_DIR)/kube-scheduler
+KUBECTL            := $(KUBE_DIR)/kubectl
+ETCD               := $(TOOLS)/etcd/$(ETCD_VERSION)/etcd
+KWOK_DIR           := $(TOOLS)/kwok/$(KWOK_VERSION)
+KWOK               := $(KWOK_DIR)/kwok
+KWOK_STAGES        := $(KWOK_DIR)/stages/.done
+CONTROLLER_GEN     := $(TOOLS)/controller-gen/$(CONTROLLER_GEN_VERSION)/controller-gen
+HELM               := $(TOOLS)/helm/$(HELM_VERSION)/helm
+BUF                := $(TOOLS)/buf/$(BUF_VERSION)/buf
+PROTOC_GEN_GO      := $(TOOLS)/protoc-gen-go/$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(TOOLS)/protoc-gen-go-grpc/$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
+JAEGER             := $(TOOLS)/jaeger/$(JAEGER_VERSION)/jaeger
+ENVTEST_BIN        := $(BIN)/envtest
+
+SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator watch-gateway agentctl
+MODULES  := libs proto e2e $(addprefix services/,$(SERVICES))
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X github.com/agentplane/agentplane/libs/app.Version=$(VERSION)
+
+# Where the local control plane keeps its state (kubeconfig, logs, pids, etcd data).
+LOCAL_DIR ?= $(ROOT)/.local
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Tools
+
+.PHONY: deps
+deps: ## Install the Debian packages the tests and the local stack need (redis-server, openssl).
+	@hack/deps.sh
+
+.PHONY: tools
+tools: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) $(CONTROLLER_GEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) envtest-bin ## Build every pinned tool from its Go module into bin/tools (cold: ~25 min, warm: seconds).
+
+.PHONY: tools-jaeger
+tools-jaeger: $(JAEGER) ## Build Jaeger (all-in-one, OTLP on 4317/4318, UI on 16686) for local tracing.
+
+# One go build for the four Kubernetes commands: they share most packages.
+$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	@echo ">> building Kubernetes $(KUBE_VERSION) (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
+	cd hack/tools/kube && GOWORK=off go build -trimpath -ldflags '-s -w' -o $(KUBE_DIR)/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+	@touch $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL)
+
+$(ETCD): hack/tools/etcd/go.mod hack/tools/etcd/go.sum
+	@echo ">> building etcd $(ETCD_VERSION)"
+	cd hack/tools/etcd && GOWORK=off go build -trimpath -ldflags '-s -w' -o $@ go.etcd.io/etcd/server/v3
+
+$(KWOK):
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
+# kwok refuses to start without Stage definitions; its module ships them.
+$(KWOK_STAGES):
+	@mkdir -p $(@D)
+	@src=$$(GOWORK=off GOFLAGS=-mod=mod go mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | awk -F'"' '/"Dir"/{print $$4}'); \
+	 cp $$src/kustomize/stage/node/fast/node-initialize.yaml \
+	    $$src/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml $(@D)/; \
+	 for f in $$src/kustomize/stage/pod/general/pod-*.yaml; do cp $$f $(@D)/; done; \
+	 chmod u+w $(@D)/*.yaml; touch $@
+
+$(CONTROLLER_GEN):
+	GOWORK=off GOBIN=$(@D) go install -trimpath sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+$(HELM):
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(BUF):
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
+$(PROTOC_GEN_GO):
+	GOWORK=off GOBIN=$(@D) go install -trimpath google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(PROTOC_GEN_GO_GRPC):
+	GOWORK=off GOBIN=$(@D) go install -trimpath google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+$(JAEGER): hack/tools/jaeger/go.mod hack/tools/jaeger/go.sum
+	cd hack/tools/jaeger && GOWORK=off go build -trimpath -ldflags '-s -w' -o $@ github.com/jaegertracing/jaeger/cmd/jaeger
+
+# envtest looks for etcd, kube-apiserver and kubectl in one folder.
+.PHONY: envtest-bin
+envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
+	@mkdir -p $(ENVTEST_BIN)
+	@ln -sf $(ETCD) $(ENVTEST_BIN)/etcd
+	@ln -sf $(KUBE_APISERVER) $(ENVTEST_BIN)/kube-apiserver
+	@ln -sf $(KUBECTL) $(ENVTEST_BIN)/kubectl
+
+##@ Development
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds) and protobuf code.
+	cd libs && $(CONTROLLER_GEN) object paths=./api/...
+	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
+	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
+
+.PHONY: verify-gen
+verify-gen: generate ## Fail when `make generate` changes the tree (CI runs this).
+	@if [ -n "$$(git status --porcelain -- libs proto charts)" ]; then \
+		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- libs proto charts; exit 1; fi
+
+.PHONY: build
+build: ## Build every service binary and agentctl into bin/.
+	@mkdir -p $(BIN)
+	@for s in $(SERVICES); do \
+		echo ">> $$s"; (cd services/$$s && go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$s ./cmd/$$s); done
+
+.PHONY: build-alone
+build-alone: ## Build each service with GOWORK=off, as its container image does.
+	@for s in $(SERVICES); do \
+		echo ">> $$s (GOWORK=off)"; (cd services/$$s && GOWORK=off go build -o /dev/null ./cmd/$$s); done
+
+.PHONY: lint
+lint: ## gofmt and go vet over every module.
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@for m in $(MODULES); do (cd $$m && go vet -tags 'integration e2e' ./...); done
+
+.PHONY: tidy
+tidy: ## go mod tidy in every module.
+	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy); done
+
+##@ Tests
+
+.PHONY: test
+test: deps tools test-unit test-integration test-e2e ## Run every test: unit, integration (real kube-apiserver + Redis) and e2e (local stack + containers).
+
+.PHONY: test-unit
+test-unit: ## Unit tests (no external parts).
+	go test -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
+
+.PHONY: test-integration
+test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server.
+	go test -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
+
+.PHONY: test-e2e
+test-e2e: tools build ## End-to-end: the local control plane (Jobs complete, TTL deletes them) and service containers via testcontainers.
+	cd e2e && go test -count=1 -tags e2e -timeout 30m -v ./...
+
+.PHONY: bench
+bench: ## Benchmarks; each figure is printed as a ratio against a baseline measured in the same run.
+	go test -count=1 -run '^$$' -bench . -benchmem -tags integration $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
+
+##@ Local control plane
+
+.PHONY: up
+up: deps tools build ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis and every service locally (no cluster, no Docker).
+	@LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) hack/local/up.sh
+
+.PHONY: down
+down: ## Stop everything `make up` started.
+	@LOCAL_DIR=$(LOCAL_DIR) hack/local/down.sh
+
+.PHONY: status
+status: ## Show what `make up` is running.
+	@LOCAL_DIR=$(LOCAL_DIR) hack/local/status.sh
+
+.PHONY: clean
+clean: ## Remove built service binaries (keeps tools) and local state.
+	rm -rf $(addprefix $(BIN)/,$(SERVICES)) $(LOCAL_DIR)

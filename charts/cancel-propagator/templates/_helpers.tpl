@@ -1,0 +1,135 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "cancel-propagator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of every object: fullnameOverride, else the release name when it already holds the chart
+name (`helm install cancel-propagator charts/cancel-propagator` gives "cancel-propagator"), else "<release>-<chart>". Truncated to the 63
+characters of a DNS label.
+*/}}
+{{- define "cancel-propagator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of cluster-scoped objects: prefixed with the release namespace, so that releases in two
+namespaces do not collide.
+*/}}
+{{- define "cancel-propagator.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "cancel-propagator.fullname" .) }}
+{{- end }}
+
+{{- define "cancel-propagator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "cancel-propagator.labels" -}}
+helm.sh/chart: {{ include "cancel-propagator.chart" . }}
+{{ include "cancel-propagator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentplane
+{{- end }}
+
+{{/*
+Labels that select the pods; they never change across upgrades.
+*/}}
+{{- define "cancel-propagator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cancel-propagator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "cancel-propagator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "cancel-propagator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the service acts in, as a JSON list: controller.namespaces, else the release
+namespace. Use with fromJsonArray.
+*/}}
+{{- define "cancel-propagator.namespaces" -}}
+{{- .Values.controller.namespaces | default (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
+{{/*
+The container's environment, as a YAML list. deployment.yaml appends env.vars to it.
+*/}}
+{{- define "cancel-propagator.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: JANGAR_GRPC_HOST
+  value: "0.0.0.0"
+- name: JANGAR_GRPC_PORT
+  value: {{ .Values.grpc.port | int | quote }}
+- name: JANGAR_METRICS_ADDR
+  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
+- name: JANGAR_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: JANGAR_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
+  value: {{ include "cancel-propagator.namespaces" . | fromJsonArray | join "," | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .Chart.Name | quote }}
+{{- with .Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: JANGAR_LEADER_ELECTION_ENABLED
+  value: {{ .Values.leaderElection.enabled | quote }}
+- name: JANGAR_LEADER_ELECTION_NAMESPACE
+  value: {{ .Release.Namespace | quote }}
+- name: JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS
+  value: {{ .Values.cancel.timeoutMs | int64 | quote }}
+- name: JANGAR_STATUS_WRITER_ADDR
+  value: {{ .Values.statusWriter.address | quote }}
+- name: JANGAR_EVENT_EMITTER_ADDR
+  value: {{ .Values.eventEmitter.address | quote }}
+{{- end }}
+
+{{/*
+What the service may do in each namespace it acts in (a Role per namespace, or one ClusterRole
+with rbac.clusterScoped).
+*/}}
+{{- define "cancel-propagator.rules" -}}
+# Watch for cancelled OrchestrationRuns.
+- apiGroups: ["orchestration.proompteng.ai"]
+  resources: ["orchestrationruns"]
+  verbs: ["get", "list", "watch"]
+# Cancel what they started: AgentRuns and their Jobs.
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agentruns"]
+  verbs: ["get", "list", "watch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "delete"]
+# Best-effort: stop Argo Workflows when Argo is installed (ignored when the CRD is absent).
+- apiGroups: ["argoproj.io"]
+  resources: ["workflows"]
+  verbs: ["get", "list", "patch", "delete"]
+{{- end }}

@@ -1,0 +1,139 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "event-emitter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of every object: fullnameOverride, else the release name when it already holds the chart
+name (`helm install event-emitter charts/event-emitter` gives "event-emitter"), else "<release>-<chart>". Truncated to the 63
+characters of a DNS label.
+*/}}
+{{- define "event-emitter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of cluster-scoped objects: prefixed with the release namespace, so that releases in two
+namespaces do not collide.
+*/}}
+{{- define "event-emitter.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "event-emitter.fullname" .) }}
+{{- end }}
+
+{{- define "event-emitter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "event-emitter.labels" -}}
+helm.sh/chart: {{ include "event-emitter.chart" . }}
+{{ include "event-emitter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentplane
+{{- end }}
+
+{{/*
+Labels that select the pods; they never change across upgrades.
+*/}}
+{{- define "event-emitter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "event-emitter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "event-emitter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "event-emitter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the service acts in, as a JSON list: controller.namespaces, else the release
+namespace. Use with fromJsonArray.
+*/}}
+{{- define "event-emitter.namespaces" -}}
+{{- .Values.controller.namespaces | default (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
+{{/*
+The container's environment, as a YAML list. deployment.yaml appends env.vars to it.
+*/}}
+{{- define "event-emitter.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: JANGAR_GRPC_HOST
+  value: "0.0.0.0"
+- name: JANGAR_GRPC_PORT
+  value: {{ .Values.grpc.port | int | quote }}
+- name: JANGAR_METRICS_ADDR
+  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
+- name: JANGAR_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: JANGAR_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
+  value: {{ include "event-emitter.namespaces" . | fromJsonArray | join "," | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .Chart.Name | quote }}
+{{- with .Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: JANGAR_CONTROLLER_EVENTS_ENABLED
+  value: {{ .Values.events.enabled | quote }}
+- name: JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN
+  value: {{ .Values.events.rateLimitPerMin | int64 | quote }}
+- name: JANGAR_CONTROLLER_EVENTS_BURST
+  value: {{ .Values.events.burst | int64 | quote }}
+{{- with .Values.redis.url }}
+- name: JANGAR_REDIS_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.redis.passwordSecretRef.name }}
+- name: JANGAR_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.passwordSecretRef.name | quote }}
+      key: {{ .Values.redis.passwordSecretRef.key | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the service may do in each namespace it acts in (a Role per namespace, or one ClusterRole
+with rbac.clusterScoped).
+*/}}
+{{- define "event-emitter.rules" -}}
+# Record Events (events.k8s.io/v1, and core/v1 for older recorders).
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch", "get", "list"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch", "get", "list"]
+# Read the Secrets an object references only to redact their values from Event messages;
+# Secret contents never leave the process.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}

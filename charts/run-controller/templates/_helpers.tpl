@@ -1,0 +1,139 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "run-controller.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of every object: fullnameOverride, else the release name when it already holds the chart
+name (`helm install run-controller charts/run-controller` gives "run-controller"), else "<release>-<chart>". Truncated to the 63
+characters of a DNS label.
+*/}}
+{{- define "run-controller.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of cluster-scoped objects: prefixed with the release namespace, so that releases in two
+namespaces do not collide.
+*/}}
+{{- define "run-controller.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "run-controller.fullname" .) }}
+{{- end }}
+
+{{- define "run-controller.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "run-controller.labels" -}}
+helm.sh/chart: {{ include "run-controller.chart" . }}
+{{ include "run-controller.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentplane
+{{- end }}
+
+{{/*
+Labels that select the pods; they never change across upgrades.
+*/}}
+{{- define "run-controller.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "run-controller.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "run-controller.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "run-controller.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the service acts in, as a JSON list: controller.namespaces, else the release
+namespace. Use with fromJsonArray.
+*/}}
+{{- define "run-controller.namespaces" -}}
+{{- .Values.controller.namespaces | default (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
+{{/*
+The container's environment, as a YAML list. deployment.yaml appends env.vars to it.
+*/}}
+{{- define "run-controller.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: JANGAR_GRPC_HOST
+  value: "0.0.0.0"
+- name: JANGAR_GRPC_PORT
+  value: {{ .Values.grpc.port | int | quote }}
+- name: JANGAR_METRICS_ADDR
+  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
+- name: JANGAR_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: JANGAR_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
+  value: {{ include "run-controller.namespaces" . | fromJsonArray | join "," | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .Chart.Name | quote }}
+{{- with .Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: JANGAR_LEADER_ELECTION_ENABLED
+  value: {{ .Values.leaderElection.enabled | quote }}
+- name: JANGAR_LEADER_ELECTION_NAMESPACE
+  value: {{ .Release.Namespace | quote }}
+- name: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS
+  value: {{ .Values.controller.jobTtlSecondsAfterFinished | int64 | quote }}
+- name: JANGAR_STATUS_WRITER_ADDR
+  value: {{ .Values.statusWriter.address | quote }}
+- name: JANGAR_EVENT_EMITTER_ADDR
+  value: {{ .Values.eventEmitter.address | quote }}
+{{- end }}
+
+{{/*
+What the service may do in each namespace it acts in (a Role per namespace, or one ClusterRole
+with rbac.clusterScoped).
+*/}}
+{{- define "run-controller.rules" -}}
+# Read the desired state.
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agents", "agentruns"]
+  verbs: ["get", "list", "watch"]
+# Start AgentRuns for Orchestration steps, and remove them.
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agentruns"]
+  verbs: ["create", "delete"]
+- apiGroups: ["orchestration.proompteng.ai"]
+  resources: ["orchestrations", "orchestrationruns"]
+  verbs: ["get", "list", "watch"]
+# Run each AgentRun as a Job.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# Check that the Secrets an Agent references exist; their data is never read into status.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}

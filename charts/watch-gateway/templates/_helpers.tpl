@@ -1,0 +1,136 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "watch-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of every object: fullnameOverride, else the release name when it already holds the chart
+name (`helm install watch-gateway charts/watch-gateway` gives "watch-gateway"), else "<release>-<chart>". Truncated to the 63
+characters of a DNS label.
+*/}}
+{{- define "watch-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of cluster-scoped objects: prefixed with the release namespace, so that releases in two
+namespaces do not collide.
+*/}}
+{{- define "watch-gateway.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "watch-gateway.fullname" .) }}
+{{- end }}
+
+{{- define "watch-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "watch-gateway.labels" -}}
+helm.sh/chart: {{ include "watch-gateway.chart" . }}
+{{ include "watch-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentplane
+{{- end }}
+
+{{/*
+Labels that select the pods; they never change across upgrades.
+*/}}
+{{- define "watch-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "watch-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "watch-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "watch-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the service acts in, as a JSON list: controller.namespaces, else the release
+namespace. Use with fromJsonArray.
+*/}}
+{{- define "watch-gateway.namespaces" -}}
+{{- .Values.controller.namespaces | default (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
+{{/*
+The container's environment, as a YAML list. deployment.yaml appends env.vars to it.
+*/}}
+{{- define "watch-gateway.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: JANGAR_GRPC_HOST
+  value: "0.0.0.0"
+- name: JANGAR_GRPC_PORT
+  value: {{ .Values.grpc.port | int | quote }}
+- name: JANGAR_METRICS_ADDR
+  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
+- name: JANGAR_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: JANGAR_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
+  value: {{ include "watch-gateway.namespaces" . | fromJsonArray | join "," | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .Chart.Name | quote }}
+{{- with .Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: JANGAR_HTTP_ADDR
+  value: {{ printf "0.0.0.0:%d" (.Values.http.port | int) | quote }}
+- name: JANGAR_WATCH_HEARTBEAT
+  value: {{ .Values.heartbeat | quote }}
+- name: JANGAR_WATCH_DEBOUNCE
+  value: {{ .Values.debounce | quote }}
+- name: JANGAR_WATCH_AUTH_MODE
+  value: {{ .Values.auth.mode | quote }}
+{{- with .Values.redis.url }}
+- name: JANGAR_REDIS_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.redis.passwordSecretRef.name }}
+- name: JANGAR_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.passwordSecretRef.name | quote }}
+      key: {{ .Values.redis.passwordSecretRef.key | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the service may do in each namespace it acts in (a Role per namespace, or one ClusterRole
+with rbac.clusterScoped).
+*/}}
+{{- define "watch-gateway.rules" -}}
+# Read-only: report the health of the control plane's own workloads.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods", "services"]
+  verbs: ["get", "list", "watch"]
+{{- end }}

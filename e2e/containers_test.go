@@ -1,0 +1,109 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// TestServiceImages runs every service as the container image its chart deploys: it must serve
+// gRPC health and /readyz, run as a non-root user, and exit 0 on SIGTERM.
+func TestServiceImages(t *testing.T) {
+	for _, svc := range services {
+		t.Run(svc, func(t *testing.T) {
+			ctx := context.Background()
+			c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+				ContainerRequest: testcontainers.ContainerRequest{
+					FromDockerfile: serviceImage(t, svc),
+					Env: map[string]string{
+						"JANGAR_GRPC_HOST": "0.0.0.0", "JANGAR_GRPC_PORT": "50051", "JANGAR_METRICS_ADDR": "0.0.0.0:9090",
+						"JANGAR_SHUTDOWN_TIMEOUT": "10s",
+					},
+					ExposedPorts: []string{"50051/tcp", "9090/tcp"},
+					WaitingFor:   wait.ForHTTP("/readyz").WithPort("9090/tcp").WithStartupTimeout(60 * time.Second),
+				},
+				Started: true,
+			})
+			testcontainers.CleanupContainer(t, c)
+			if err != nil {
+				t.Fatalf("start %s: %v", svc, err)
+			}
+			info, err := c.Inspect(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Config.User != "65532:65532" {
+				t.Errorf("image runs as %q, want the non-root 65532:65532", info.Config.User)
+			}
+			endpoint, err := c.PortEndpoint(ctx, "50051/tcp", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			hr, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			cancel()
+			if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("grpc health: %v %v", hr, err)
+			}
+
+			timeout := 20 * time.Second
+			if err := c.Stop(ctx, &timeout); err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			info, err = c.Inspect(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.ExitCode != 0 {
+				t.Errorf("exit code after SIGTERM = %d, want 0", info.State.ExitCode)
+			}
+			logs, err := c.Logs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(logs)
+			if !strings.Contains(string(b), `"msg":"stopped"`) {
+				t.Errorf("no clean-stop log line:\n%s", b)
+			}
+		})
+	}
+}
+
+// TestRedisImage checks the Redis image the e2e suites assemble from the machine's redis-server.
+func TestRedisImage(t *testing.T) {
+	ctx := context.Background()
+	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			FromDockerfile: redisImage(t),
+			ExposedPorts:   []string{"6379/tcp"},
+			WaitingFor:     wait.ForLog("Ready to accept connections").WithStartupTimeout(30 * time.Second),
+		},
+		Started: true,
+	})
+	testcontainers.CleanupContainer(t, c)
+	if err != nil {
+		t.Fatalf("start redis: %v", err)
+	}
+	endpoint, err := c.PortEndpoint(ctx, "6379/tcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := redisPing(ctx, endpoint); err != nil {
+		t.Fatalf("PING %s: %v", endpoint, err)
+	}
+}

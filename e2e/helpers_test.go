@@ -1,0 +1,76 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+// Services are the long-running binaries; agentctl is the CLI.
+var services = []string{"status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
+
+func TestMain(m *testing.M) {
+	// The engine here cannot pull Ryuk's image; every test cleans up after itself instead.
+	os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	os.Exit(m.Run())
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// mustExist fails the test with the make target that provides path.
+func mustExist(t *testing.T, path, target string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s is missing: run `make %s`", path, target)
+	}
+	return path
+}
+
+// run executes a command and returns its combined output.
+func run(ctx context.Context, t *testing.T, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// eventually polls cond until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = cond(); last == nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, timeout, last)
+}
+
+func binPath(t *testing.T, name string) string {
+	return mustExist(t, filepath.Join(repoRoot(t), "bin", name), "build")
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

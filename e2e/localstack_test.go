@@ -1,0 +1,197 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// offset moves every port of the stack under test, so it runs beside a developer's `make up`.
+const offset = 1000
+
+// servicePorts mirrors the defaults in hack/local/lib.sh: gRPC and metrics port per service.
+var servicePorts = map[string][2]int{
+	"watch-gateway": {50051, 9101}, "status-writer": {50052, 9102}, "event-emitter": {50053, 9103},
+	"job-gc": {50054, 9104}, "cancel-propagator": {50055, 9105}, "run-controller": {50056, 9106},
+}
+
+// TestLocalControlPlane drives `make up` and `make down` the way the README tells a user to, and
+// checks what the README promises: a Ready kwok node, CRDs that accept and list an AgentRun, a Job
+// that completes and is deleted by its TTL, every service healthy, idempotence, clear errors, and
+// nothing left running afterwards.
+func TestLocalControlPlane(t *testing.T) {
+	root := repoRoot(t)
+	kubectlBin := mustExist(t, filepath.Join(root, "bin", "envtest", "kubectl"), "tools")
+	ctx := context.Background()
+	dir := t.TempDir()
+	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", offset)}
+	makeLocal := func(target, localDir string) (string, error) {
+		return run(ctx, t, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+localDir)
+	}
+	t.Cleanup(func() { _, _ = makeLocal("down", dir) })
+
+	out, err := makeLocal("up", dir)
+	if err != nil {
+		t.Fatalf("make up: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "export KUBECONFIG="+filepath.Join(dir, "kubeconfig")) {
+		t.Errorf("make up does not say how to point kubectl at the cluster:\n%s", out)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kubectl := func(args ...string) (string, error) {
+		return run(ctx, t, nil, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	}
+
+	t.Run("kwok node is Ready", func(t *testing.T) {
+		out, err := kubectl("get", "nodes", "--no-headers")
+		if err != nil || !strings.Contains(out, "kwok-node-0") || !strings.Contains(out, " Ready ") {
+			t.Fatalf("kubectl get nodes: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("example AgentRun is accepted and listed with its columns", func(t *testing.T) {
+		if out, err := kubectl("apply", "-f", filepath.Join(root, "examples", "agent.yaml"), "-f", filepath.Join(root, "examples", "agentrun.yaml")); err != nil {
+			t.Fatalf("apply examples: %v\n%s", err, out)
+		}
+		out, err := kubectl("get", "agentrun")
+		if err != nil {
+			t.Fatalf("get agentrun: %v\n%s", err, out)
+		}
+		header := strings.Join(strings.Fields(strings.SplitN(out, "\n", 2)[0]), " ")
+		if header != "NAME PHASE AGENT RUNTIME START COMPLETION AGE" || !strings.Contains(out, "hello") {
+			t.Fatalf("kubectl get agentrun:\n%s", out)
+		}
+	})
+
+	t.Run("a Job completes and its TTL deletes it", func(t *testing.T) {
+		if out, err := kubectl("apply", "-f", filepath.Join(root, "examples", "job-ttl.yaml")); err != nil {
+			t.Fatalf("apply job: %v\n%s", err, out)
+		}
+		start := time.Now()
+		eventually(t, 2*time.Minute, "job sample Complete", func() error {
+			out, err := kubectl("get", "job", "sample", "-o", `jsonpath={.status.conditions[?(@.type=="Complete")].status}`)
+			if err != nil || strings.TrimSpace(out) != "True" {
+				return errorf("complete=%q err=%v", out, err)
+			}
+			return nil
+		})
+		t.Logf("job completed after %s", time.Since(start).Round(time.Second))
+		eventually(t, 2*time.Minute, "job sample deleted by its TTL", func() error {
+			out, err := kubectl("get", "job", "sample")
+			if err == nil || !strings.Contains(out, "NotFound") {
+				return errorf("still there: %s", out)
+			}
+			return nil
+		})
+		t.Logf("job deleted by TTL after %s", time.Since(start).Round(time.Second))
+	})
+
+	t.Run("every service is healthy", func(t *testing.T) {
+		for name, p := range servicePorts {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", p[1]+offset))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("%s /readyz: %v %v", name, resp, err)
+				continue
+			}
+			resp.Body.Close()
+			conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", p[0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			hr, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			conn.Close()
+			if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("%s grpc health: %v %v", name, hr, err)
+			}
+		}
+	})
+
+	t.Run("make up again is harmless", func(t *testing.T) {
+		out, err := makeLocal("up", dir)
+		if err != nil || !strings.Contains(out, "etcd already running") {
+			t.Fatalf("second make up: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("a taken port is named with the fix", func(t *testing.T) {
+		out, err := makeLocal("up", t.TempDir())
+		if err == nil || !strings.Contains(out, "is taken by another process") || !strings.Contains(out, "AGENTPLANE_PORT_OFFSET") {
+			t.Fatalf("make up on taken ports: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("a missing tool is named with the fix", func(t *testing.T) {
+		out, err := run(ctx, t, []string{"LOCAL_DIR=" + t.TempDir(), "KUBE_DIR=/nonexistent", "ETCD=/nonexistent/etcd",
+			"KWOK=/nonexistent/kwok", "KWOK_STAGES=/nonexistent", "SERVICES_BIN=/nonexistent"}, filepath.Join(root, "hack", "local", "up.sh"))
+		if err == nil || !strings.Contains(out, "/nonexistent/etcd is missing: run 'make tools'") {
+			t.Fatalf("up.sh without tools: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("make down leaves no process behind", func(t *testing.T) {
+		pids := readPids(t, filepath.Join(dir, "run"))
+		if len(pids) < 12 {
+			t.Fatalf("only %d pid files before down", len(pids))
+		}
+		t.Logf("stack memory (RSS) before down: %d MB over %d processes", rssMB(pids), len(pids))
+		if out, err := makeLocal("down", dir); err != nil {
+			t.Fatalf("make down: %v\n%s", err, out)
+		}
+		for name, pid := range pids {
+			if syscall.Kill(pid, 0) == nil {
+				t.Errorf("%s (pid %d) still running after make down", name, pid)
+			}
+		}
+	})
+}
+
+func readPids(t *testing.T, runDir string) map[string]int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(runDir, "*.pid"))
+	pids := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		pids[strings.TrimSuffix(filepath.Base(f), ".pid")] = pid
+	}
+	return pids
+}
+
+// rssMB sums the resident memory of pids from /proc.
+func rssMB(pids map[string]int) int {
+	total := 0
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "VmRSS:") {
+				kb, _ := strconv.Atoi(strings.Fields(line)[1])
+				total += kb
+			}
+		}
+	}
+	return total / 1024
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages agentplane's tests and local stack use: redis-server (Redis for
+# event-emitter and the tests) and openssl (keys for the local kube-apiserver).
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo=sudo; else
+    echo "missing ${need[*]}: install them with your package manager (Debian: apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+echo ">> installing ${need[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,45 @@
+# Shared settings of the local control plane scripts (up.sh, down.sh, status.sh).
+# Every port can be moved at once with AGENTPLANE_PORT_OFFSET (the e2e suite runs a second stack
+# beside a developer's that way) or one by one with AGENTPLANE_<NAME>_PORT.
+
+LOCAL_DIR=${LOCAL_DIR:-$(pwd)/.local}
+RUN_DIR=$LOCAL_DIR/run
+LOG_DIR=$LOCAL_DIR/logs
+PKI_DIR=$LOCAL_DIR/pki
+KUBECONFIG_FILE=$LOCAL_DIR/kubeconfig
+OFFSET=${AGENTPLANE_PORT_OFFSET:-0}
+
+port() { # port NAME DEFAULT
+  local var="AGENTPLANE_$1_PORT"
+  echo "${!var:-$(($2 + OFFSET))}"
+}
+
+ETCD_PORT=$(port ETCD 12379)
+ETCD_PEER_PORT=$(port ETCD_PEER 12380)
+APISERVER_PORT=$(port APISERVER 16443)
+KCM_PORT=$(port KCM 20257)
+SCHEDULER_PORT=$(port SCHEDULER 20259)
+KWOK_PORT=$(port KWOK 20247)
+REDIS_PORT=$(port REDIS 16379)
+
+# name grpc-port metrics-port, in start order.
+SERVICE_TABLE="status-writer $(port STATUS_WRITER_GRPC 50052) $(port STATUS_WRITER_METRICS 9102)
+event-emitter $(port EVENT_EMITTER_GRPC 50053) $(port EVENT_EMITTER_METRICS 9103)
+job-gc $(port JOB_GC_GRPC 50054) $(port JOB_GC_METRICS 9104)
+cancel-propagator $(port CANCEL_PROPAGATOR_GRPC 50055) $(port CANCEL_PROPAGATOR_METRICS 9105)
+run-controller $(port RUN_CONTROLLER_GRPC 50056) $(port RUN_CONTROLLER_METRICS 9106)
+watch-gateway $(port WATCH_GATEWAY_GRPC 50051) $(port WATCH_GATEWAY_METRICS 9101)"
+
+# Components in start order; down.sh stops them in reverse.
+COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok redis $(echo "$SERVICE_TABLE" | awk '{printf "%s ", $1}')"
+
+pid_of() { # prints the pid of a running component, or nothing
+  local f="$RUN_DIR/$1.pid" pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+}
+
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+die() { echo "error: $*" >&2; exit 1; }

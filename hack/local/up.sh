@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Starts a real local control plane as plain processes, with no cluster and no Docker:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (one fake node that runs
+# Pods and completes Job pods), redis-server, and every agentplane service. Running it again
+# starts only what is not running. `make up` calls it with the tool paths; `make down` undoes it.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
+
+: "${KUBE_DIR:?set KUBE_DIR (make up does)}" "${ETCD:?}" "${KWOK:?}" "${KWOK_STAGES:?}" "${SERVICES_BIN:?}"
+NAMESPACE=${AGENTPLANE_NAMESPACE:-agents}
+NODE_NAME=${AGENTPLANE_NODE_NAME:-kwok-node-0}
+
+for bin in "$ETCD" "$KUBE_DIR/kube-apiserver" "$KUBE_DIR/kube-controller-manager" "$KUBE_DIR/kube-scheduler" "$KUBE_DIR/kubectl" "$KWOK"; do
+  [ -x "$bin" ] || die "$bin is missing: run 'make tools'"
+done
+ls "$KWOK_STAGES"/*.yaml >/dev/null 2>&1 || die "kwok stages missing in $KWOK_STAGES: run 'make tools'"
+command -v redis-server >/dev/null || die "redis-server is missing: run 'make deps'"
+command -v openssl >/dev/null || die "openssl is missing: run 'make deps'"
+command -v curl >/dev/null || die "curl is missing: run 'make deps'"
+while read -r svc _ _; do
+  [ -x "$SERVICES_BIN/$svc" ] || die "$SERVICES_BIN/$svc is missing: run 'make build'"
+done <<<"$SERVICE_TABLE"
+
+mkdir -p "$RUN_DIR" "$LOG_DIR" "$PKI_DIR" "$LOCAL_DIR/etcd"
+KUBECTL=("$KUBE_DIR/kubectl" --kubeconfig "$KUBECONFIG_FILE")
+
+# start NAME PORT CMD...: starts CMD in its own session unless NAME already runs; refuses a port
+# that something else holds.
+start() {
+  local name=$1 port=$2; shift 2
+  if [ -n "$(pid_of "$name")" ]; then
+    echo "   $name already running (pid $(pid_of "$name"))"
+    return 0
+  fi
+  if port_taken "$port"; then
+    die "port $port, wanted by $name, is taken by another process: stop it, or move agentplane's ports with AGENTPLANE_PORT_OFFSET=1000 (or AGENTPLANE_<NAME>_PORT)"
+  fi
+  echo "   starting $name (port $port, log $LOG_DIR/$name.log)"
+  setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN_DIR/$name.pid"
+}
+
+# wait_for NAME SECONDS CMD...: polls CMD until it succeeds; on timeout shows the log's tail.
+wait_for() {
+  local name=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ -z "$(pid_of "$name")" ]; then
+      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+      die "$name exited; its log is $LOG_DIR/$name.log"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+      die "$name not ready after ${secs}s; its log is $LOG_DIR/$name.log"
+    fi
+    sleep 0.5
+  done
+}
+
+http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
+
+# --- keys and the kubeconfig (made once, kept across restarts) ---
+if [ ! -f "$PKI_DIR/token" ]; then
+  echo ">> creating keys in $PKI_DIR"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=agentplane-local-ca" \
+    -keyout "$PKI_DIR/ca.key" -out "$PKI_DIR/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$PKI_DIR/apiserver.key" -out "$PKI_DIR/apiserver.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default\n' >"$PKI_DIR/san.ext"
+  openssl x509 -req -in "$PKI_DIR/apiserver.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$PKI_DIR/san.ext" -out "$PKI_DIR/apiserver.crt" 2>/dev/null
+  openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
+  openssl rand -hex 32 >"$PKI_DIR/token.tmp"
+  echo "$(cat "$PKI_DIR/token.tmp"),agentplane-admin,agentplane-admin,system:masters" >"$PKI_DIR/tokens.csv"
+  mv "$PKI_DIR/token.tmp" "$PKI_DIR/token"
+  chmod 600 "$PKI_DIR"/*.key "$PKI_DIR/token" "$PKI_DIR/tokens.csv"
+fi
+cat >"$KUBECONFIG_FILE" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: agentplane-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI_DIR/ca.crt
+users:
+- name: agentplane-admin
+  user:
+    token: $(cat "$PKI_DIR/token")
+contexts:
+- name: agentplane-local
+  context:
+    cluster: agentplane-local
+    user: agentplane-admin
+    namespace: $NAMESPACE
+current-context: agentplane-local
+EOF
+chmod 600 "$KUBECONFIG_FILE"
+
+echo ">> control plane"
+start etcd "$ETCD_PORT" "$ETCD" --name agentplane-local --data-dir "$LOCAL_DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "agentplane-local=http://127.0.0.1:$ETCD_PEER_PORT" --log-level warn \
+  --unsafe-no-fsync --quota-backend-bytes 2147483648
+wait_for etcd 30 port_taken "$ETCD_PORT"
+
+start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+  --endpoint-reconciler-type none \
+  --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
+  --client-ca-file "$PKI_DIR/ca.crt" \
+  --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
+  --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true
+wait_for kube-apiserver 120 "${KUBECTL[@]}" get --raw /readyz
+
+start kube-controller-manager "$KCM_PORT" "$KUBE_DIR/kube-controller-manager" \
+  --kubeconfig "$KUBECONFIG_FILE" --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
+  --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+  --service-account-private-key-file "$PKI_DIR/sa.key" --root-ca-file "$PKI_DIR/ca.crt" \
+  --controllers '*' --node-monitor-grace-period 40s
+start kube-scheduler "$SCHEDULER_PORT" "$KUBE_DIR/kube-scheduler" \
+  --kubeconfig "$KUBECONFIG_FILE" --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
+  --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false
+
+stage_args=()
+for f in "$KWOK_STAGES"/*.yaml; do stage_args+=(--config "$f"); done
+start kwok "$KWOK_PORT" "$KWOK" --kubeconfig "$KUBECONFIG_FILE" \
+  --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+  --server-address "127.0.0.1:$KWOK_PORT" --node-lease-duration-seconds 40 "${stage_args[@]}"
+
+echo ">> node $NODE_NAME, namespace $NAMESPACE, CRDs"
+"${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $NODE_NAME
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: $NODE_NAME
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $NAMESPACE
+EOF
+"${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/charts/agentplane-crds/crds" >/dev/null
+"${KUBECTL[@]}" wait --for condition=Established --timeout 60s -f "$ROOT/charts/agentplane-crds/crds" >/dev/null
+node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
+wait_for kwok 90 node_ready
+
+echo ">> redis and services"
+start redis "$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$LOCAL_DIR"
+wait_for redis 15 port_taken "$REDIS_PORT"
+
+while read -r svc grpc_port metrics_port; do
+  start "$svc" "$grpc_port" env KUBECONFIG="$KUBECONFIG_FILE" POD_NAMESPACE="$NAMESPACE" \
+    JANGAR_AGENTS_CONTROLLER_NAMESPACES="$NAMESPACE" JANGAR_GRPC_HOST=127.0.0.1 JANGAR_GRPC_PORT="$grpc_port" \
+    JANGAR_METRICS_ADDR="127.0.0.1:$metrics_port" JANGAR_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
+    "$SERVICES_BIN/$svc"
+done <<<"$SERVICE_TABLE"
+while read -r svc _ metrics_port; do
+  wait_for "$svc" 30 http_ok "http://127.0.0.1:$metrics_port/readyz"
+done <<<"$SERVICE_TABLE"
+
+cat <<EOF
+
+agentplane is up (state in $LOCAL_DIR).
+  export KUBECONFIG=$KUBECONFIG_FILE
+  export PATH=$KUBE_DIR:$SERVICES_BIN:\$PATH     # the pinned kubectl, and agentctl
+  kubectl get nodes
+  kubectl apply -f examples/agentrun.yaml && kubectl get agentrun
+  agentctl version
+Services (gRPC / metrics):
+$(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
+Logs are in $LOG_DIR; 'make down' stops everything.
+EOF

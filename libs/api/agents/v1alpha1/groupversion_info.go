@@ -1,0 +1,32 @@
+// Package v1alpha1 holds the agents.proompteng.ai/v1alpha1 API: Agent (a definition) and AgentRun
+// (one run of an agent). Field names follow the earlier control plane so that manifests written
+// for it keep working.
+//
+// +kubebuilder:object:generate=true
+// +groupName=agents.proompteng.ai
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is the API group and version of the kinds in this package.
+var GroupVersion = schema.GroupVersion{Group: "agents.proompteng.ai", Version: "v1alpha1"}
+
+var (
+	// SchemeBuilder registers the kinds of this package with a runtime.Scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// AddToScheme adds the kinds of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion,
+		&Agent{}, &AgentList{},
+		&AgentRun{}, &AgentRunList{},
+	)
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}

@@ -1,0 +1,206 @@
+//go:build integration
+
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+var (
+	env *testenv.Kube
+	c   client.Client
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.StartKube()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c, err = client.New(env.Config, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "crd-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func sampleRun(ns, name string) *agentsv1alpha1.AgentRun {
+	ttl := int32(60)
+	return &agentsv1alpha1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: agentsv1alpha1.AgentRunSpec{
+			AgentRef:                agentsv1alpha1.LocalRef{Name: "codex"},
+			Runtime:                 agentsv1alpha1.RuntimeSpec{Type: agentsv1alpha1.RuntimeJob},
+			Workload:                &agentsv1alpha1.WorkloadSpec{Image: "busybox:1.36", Resources: &agentsv1alpha1.WorkloadResources{Requests: map[string]string{"cpu": "100m"}}},
+			Parameters:              map[string]string{"issue": "42"},
+			Secrets:                 []string{"github-token"},
+			TTLSecondsAfterFinished: &ttl,
+		},
+	}
+}
+
+func TestAgentRunIsAcceptedAndListedWithItsColumns(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	run := sampleRun(ns, "demo")
+	if err := c.Create(ctx, run); err != nil {
+		t.Fatalf("create AgentRun: %v", err)
+	}
+	now := metav1.NewTime(time.Now().Add(-2 * time.Minute).Truncate(time.Second))
+	run.Status = agentsv1alpha1.AgentRunStatus{Phase: agentsv1alpha1.PhaseRunning, StartedAt: &now, UpdatedAt: &now, ObservedGeneration: run.Generation}
+	if err := c.Status().Update(ctx, run); err != nil {
+		t.Fatalf("update status: %v", err)
+	}
+
+	for _, resource := range []string{"agentrun", "agentruns.agents.proompteng.ai", "ar"} {
+		out, errOut, err := env.RunKubectl(ctx, "get", resource, "-n", ns)
+		if err != nil {
+			t.Fatalf("kubectl get %s: %v: %s", resource, err, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("kubectl get %s printed %d lines:\n%s", resource, len(lines), out)
+		}
+		header := strings.Fields(lines[0])
+		want := []string{"NAME", "PHASE", "AGENT", "RUNTIME", "START", "COMPLETION", "AGE"}
+		if strings.Join(header, " ") != strings.Join(want, " ") {
+			t.Fatalf("columns = %v, want %v", header, want)
+		}
+		row := strings.Fields(lines[1])
+		if row[0] != "demo" || row[1] != "Running" || row[2] != "codex" || row[3] != "job" || !strings.HasPrefix(row[4], "2m") || row[5] != "<none>" {
+			t.Fatalf("row = %v", row)
+		}
+	}
+}
+
+func TestInvalidSpecIsRefusedWithTheField(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	run := sampleRun(ns, "bad")
+	run.Spec.Runtime.Type = "kubernetes"
+	err := c.Create(ctx, run)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.runtime.type") {
+		t.Fatalf("create with runtime.type=kubernetes: %v, want Invalid naming spec.runtime.type", err)
+	}
+	neg := int32(-1)
+	run = sampleRun(ns, "bad-ttl")
+	run.Spec.TTLSecondsAfterFinished = &neg
+	if err := c.Create(ctx, run); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ttlSecondsAfterFinished") {
+		t.Fatalf("create with negative ttl: %v", err)
+	}
+}
+
+func TestStatusIsASubresource(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	run := sampleRun(ns, "sub")
+	if err := c.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	run.Status.Phase = agentsv1alpha1.PhaseFailed
+	run.Spec.Parameters["issue"] = "43"
+	if err := c.Update(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	var got agentsv1alpha1.AgentRun
+	if err := c.Get(ctx, client.ObjectKeyFromObject(run), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != "" {
+		t.Fatalf("a main-resource update wrote status.phase=%q", got.Status.Phase)
+	}
+	if got.Generation != 2 {
+		t.Fatalf("generation = %d after a spec edit, want 2", got.Generation)
+	}
+}
+
+func TestStartedAtAndFinishedAtCannotBeRewritten(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	run := sampleRun(ns, "immutable")
+	if err := c.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := env.RunKubectl(ctx, "patch", "agentrun", "immutable", "-n", ns, "--subresource=status", "--type=merge",
+		"-p", `{"status":{"phase":"Running","startedAt":"2026-01-01T00:00:00Z"}}`); err != nil {
+		t.Fatalf("first set of startedAt refused: %s", errOut)
+	}
+	for _, patch := range []string{
+		`{"status":{"startedAt":"2026-01-02T00:00:00Z"}}`,
+		`{"status":{"startedAt":null}}`,
+	} {
+		_, errOut, err := env.RunKubectl(ctx, "patch", "agentrun", "immutable", "-n", ns, "--subresource=status", "--type=merge", "-p", patch)
+		if err == nil || !strings.Contains(errOut, "status.startedAt is immutable once set") {
+			t.Fatalf("patch %s: err=%v stderr=%q, want refusal naming startedAt", patch, err, errOut)
+		}
+	}
+	if _, errOut, err := env.RunKubectl(ctx, "patch", "agentrun", "immutable", "-n", ns, "--subresource=status", "--type=merge",
+		"-p", `{"status":{"phase":"Succeeded","finishedAt":"2026-01-01T01:00:00Z"}}`); err != nil {
+		t.Fatalf("first set of finishedAt refused: %s", errOut)
+	}
+	_, errOut, err := env.RunKubectl(ctx, "patch", "agentrun", "immutable", "-n", ns, "--subresource=status", "--type=merge",
+		"-p", `{"status":{"finishedAt":"2026-01-01T02:00:00Z"}}`)
+	if err == nil || !strings.Contains(errOut, "status.finishedAt is immutable once set") {
+		t.Fatalf("rewrite of finishedAt: err=%v stderr=%q", err, errOut)
+	}
+}
+
+func TestOrchestrationRunAcceptsCancel(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	orch := &orchestrationv1alpha1.Orchestration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pipeline"},
+		Spec: orchestrationv1alpha1.OrchestrationSpec{Steps: []orchestrationv1alpha1.OrchestrationStep{
+			{Name: "plan", Kind: "AgentRun", AgentRef: &orchestrationv1alpha1.NameRef{Name: "codex"}},
+			{Name: "implement", Kind: "AgentRun", AgentRef: &orchestrationv1alpha1.NameRef{Name: "codex"}, DependsOn: []string{"plan"}},
+		}},
+	}
+	if err := c.Create(ctx, orch); err != nil {
+		t.Fatal(err)
+	}
+	run := &orchestrationv1alpha1.OrchestrationRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pipeline-1"},
+		Spec:       orchestrationv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchestrationv1alpha1.NameRef{Name: "pipeline"}},
+	}
+	if err := c.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := env.RunKubectl(ctx, "patch", "orchestrationrun", "pipeline-1", "-n", ns, "--type=merge", "-p", `{"spec":{"cancel":true}}`); err != nil {
+		t.Fatalf("patch cancel: %s", errOut)
+	}
+	var got orchestrationv1alpha1.OrchestrationRun
+	if err := c.Get(ctx, client.ObjectKeyFromObject(run), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Spec.Cancel || got.Generation != 2 {
+		t.Fatalf("cancel=%v generation=%d", got.Spec.Cancel, got.Generation)
+	}
+}

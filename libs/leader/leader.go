@@ -1,0 +1,79 @@
+// Package leader runs work on exactly one replica at a time with client-go leader election on a
+// coordination.k8s.io Lease.
+package leader
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/agentplane/agentplane/libs/logging"
+)
+
+// Config names the Lease and this candidate.
+type Config struct {
+	Namespace string
+	Name      string
+	Identity  string
+	// Durations default to client-go's recommended 15s/10s/2s.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// Run campaigns for the lease until ctx ends. lead runs while this candidate leads and must
+// return when its context ends; it is cancelled when leadership is lost. The lease is released
+// on shutdown so another replica takes over at once. Run returns nil when ctx ends, and an
+// error when leadership was lost while ctx was still live, so the process restarts cleanly
+// rather than acting without the lease.
+func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(ctx context.Context)) error {
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 15 * time.Second
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = 10 * time.Second
+	}
+	if c.RetryPeriod == 0 {
+		c.RetryPeriod = 2 * time.Second
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity},
+	}
+	log := logging.FromContext(ctx).With("lease", c.Namespace+"/"+c.Name, "identity", c.Identity)
+	lost := false
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.LeaseDuration,
+		RenewDeadline:   c.RenewDeadline,
+		RetryPeriod:     c.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            c.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("started leading")
+				lead(ctx)
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					lost = true
+					log.Warn("lost leadership")
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	le.Run(ctx)
+	if lost {
+		return fmt.Errorf("lost leadership of lease %s/%s", c.Namespace, c.Name)
+	}
+	return nil
+}

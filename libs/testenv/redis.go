@@ -1,0 +1,113 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Redis is a redis-server on a free loopback port, with no persistence. Stop and Start keep the
+// port, so tests can take Redis away and bring it back under a running client.
+type Redis struct {
+	Addr string
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts redis-server from PATH.
+func StartRedis() (*Redis, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redis-server not found on PATH: run `make deps` (apt-get install redis-server)")
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "agentplane-redis-")
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir}
+	if err := r.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start (re)starts the server on its port and waits until it answers PING.
+func (r *Redis) Start() error {
+	if r.cmd != nil {
+		return nil
+	}
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir, "--protected-mode", "yes")
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	r.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ping(r.Addr) == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = r.Stop()
+	return fmt.Errorf("redis-server on %s did not answer PING within 10s", r.Addr)
+}
+
+// Stop kills the server; its data is gone.
+func (r *Redis) Stop() error {
+	if r.cmd == nil {
+		return nil
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
+	return nil
+}
+
+// Close stops the server and removes its directory.
+func (r *Redis) Close() error {
+	err := r.Stop()
+	_ = os.RemoveAll(r.dir)
+	return err
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+// FreePort asks the kernel for a free loopback port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,3 @@
+module github.com/agentplane/agentplane/proto
+
+go 1.26.0

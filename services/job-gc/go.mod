@@ -1,0 +1,10 @@
+module github.com/agentplane/agentplane/services/job-gc
+
+go 1.26.0
+
+require github.com/agentplane/agentplane/libs v0.0.0
+
+replace (
+	github.com/agentplane/agentplane/libs => ../../libs
+	github.com/agentplane/agentplane/proto => ../../proto
+)
