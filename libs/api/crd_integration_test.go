@@ -75,7 +75,8 @@ func TestAgentRunIsAcceptedAndListedWithItsColumns(t *testing.T) {
 		t.Fatalf("create AgentRun: %v", err)
 	}
 	now := metav1.NewTime(time.Now().Add(-2 * time.Minute).Truncate(time.Second))
-	run.Status = agentsv1alpha1.AgentRunStatus{Phase: agentsv1alpha1.PhaseRunning, StartedAt: &now, UpdatedAt: &now, ObservedGeneration: run.Generation}
+	updated := metav1.NewMicroTime(now.Time)
+	run.Status = agentsv1alpha1.AgentRunStatus{Phase: agentsv1alpha1.PhaseRunning, StartedAt: &now, UpdatedAt: &updated, ObservedGeneration: run.Generation}
 	if err := c.Status().Update(ctx, run); err != nil {
 		t.Fatalf("update status: %v", err)
 	}

@@ -70,6 +70,13 @@ type Server struct {
 // NewServer returns a server instrumented with otelgrpc and metrics, with grpc.health.v1 and
 // reflection registered. Extra options (credentials, auth interceptors) come after the defaults.
 func NewServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *Server {
+	s := &Server{Server: newInstrumentedServer(reg, extra...), Health: health.NewServer()}
+	healthpb.RegisterHealthServer(s.Server, s.Health)
+	reflection.Register(s.Server)
+	return s
+}
+
+func newInstrumentedServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *grpc.Server {
 	m := NewServerMetrics(reg)
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
@@ -78,10 +85,7 @@ func NewServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	s := &Server{Server: grpc.NewServer(append(opts, extra...)...), Health: health.NewServer()}
-	healthpb.RegisterHealthServer(s.Server, s.Health)
-	reflection.Register(s.Server)
-	return s
+	return grpc.NewServer(append(opts, extra...)...)
 }
 
 // retryServiceConfig retries UNAVAILABLE (a restarting peer) with backoff. Calls must still be

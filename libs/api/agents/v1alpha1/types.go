@@ -97,7 +97,7 @@ type AgentStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// +optional
-	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+	UpdatedAt *metav1.MicroTime `json:"updatedAt,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
@@ -299,7 +299,7 @@ type AgentRunStatus struct {
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 	// UpdatedAt moves on every status write.
 	// +optional
-	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+	UpdatedAt *metav1.MicroTime `json:"updatedAt,omitempty"`
 	// +optional
 	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// +listType=map

@@ -74,7 +74,7 @@ type OrchestrationStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// +optional
-	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+	UpdatedAt *metav1.MicroTime `json:"updatedAt,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
@@ -142,7 +142,7 @@ type OrchestrationRunStatus struct {
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 	// +optional
-	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+	UpdatedAt *metav1.MicroTime `json:"updatedAt,omitempty"`
 	// +optional
 	StepStatuses []StepStatus `json:"stepStatuses,omitempty"`
 	// +listType=map

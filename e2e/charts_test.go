@@ -1,0 +1,504 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// helmPath is where `make tools` builds helm, relative to the repo root.
+const helmPath = "bin/tools/helm/v3.22.0/helm"
+
+// chartNamespace is the release namespace every chart is rendered into.
+const chartNamespace = "agents"
+
+// serviceChart describes one service chart and the checks that only it gets.
+type serviceChart struct {
+	name string
+	// envOverrides: rendering with set yields the container variable env=want.
+	envOverrides []envOverride
+}
+
+type envOverride struct {
+	set, env, want string
+}
+
+var serviceCharts = []serviceChart{
+	{name: "status-writer"},
+	{name: "event-emitter", envOverrides: []envOverride{
+		{set: "events.rateLimitPerMin=7", env: "JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN", want: "7"},
+	}},
+	{name: "job-gc"},
+	{name: "cancel-propagator", envOverrides: []envOverride{
+		{set: "cancel.timeoutMs=1500", env: "JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS", want: "1500"},
+	}},
+	{name: "run-controller"},
+	{name: "watch-gateway"},
+}
+
+// The CRDs that charts/agentplane-crds must install.
+var wantCRDs = []string{
+	"agents.agents.proompteng.ai",
+	"agentruns.agents.proompteng.ai",
+	"orchestrations.orchestration.proompteng.ai",
+	"orchestrationruns.orchestration.proompteng.ai",
+}
+
+// manifest holds the fields of a rendered manifest that the checks read; the rest is ignored.
+type manifest struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	// Role and ClusterRole.
+	Rules []rbacRule `json:"rules"`
+	// RoleBinding and ClusterRoleBinding.
+	RoleRef struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+	} `json:"roleRef"`
+	Spec struct {
+		// Service.
+		Ports []struct {
+			Name string `json:"name"`
+			Port int32  `json:"port"`
+		} `json:"ports"`
+		// Deployment.
+		Template struct {
+			Spec manifestPodSpec `json:"spec"`
+		} `json:"template"`
+	} `json:"spec"`
+}
+
+type rbacRule struct {
+	APIGroups     []string `json:"apiGroups"`
+	Resources     []string `json:"resources"`
+	ResourceNames []string `json:"resourceNames"`
+	Verbs         []string `json:"verbs"`
+}
+
+type manifestPodSpec struct {
+	SecurityContext *struct {
+		RunAsNonRoot *bool `json:"runAsNonRoot"`
+	} `json:"securityContext"`
+	InitContainers []manifestContainer `json:"initContainers"`
+	Containers     []manifestContainer `json:"containers"`
+}
+
+type manifestContainer struct {
+	Name  string `json:"name"`
+	Ports []struct {
+		Name          string `json:"name"`
+		ContainerPort int32  `json:"containerPort"`
+	} `json:"ports"`
+	Env []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"env"`
+	SecurityContext *struct {
+		ReadOnlyRootFilesystem   *bool `json:"readOnlyRootFilesystem"`
+		AllowPrivilegeEscalation *bool `json:"allowPrivilegeEscalation"`
+	} `json:"securityContext"`
+}
+
+func (o manifest) String() string {
+	if o.Metadata.Namespace == "" {
+		return o.Kind + "/" + o.Metadata.Name
+	}
+	return o.Kind + "/" + o.Metadata.Namespace + "/" + o.Metadata.Name
+}
+
+// helmEnv runs helm against charts on disk with its config, cache and data in temporary
+// folders, so that nothing from the user's helm setup leaks in.
+type helmEnv struct {
+	bin, root string
+	env       []string
+}
+
+func newHelmEnv(t *testing.T) *helmEnv {
+	t.Helper()
+	root := repoRoot(t)
+	bin := mustExist(t, filepath.Join(root, helmPath), "tools")
+	home := t.TempDir()
+	env := append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	return &helmEnv{bin: bin, root: root, env: env}
+}
+
+// run runs helm and returns what it printed on stdout and on stderr.
+func (h *helmEnv) run(args ...string) (stdout, stderr string, err error) {
+	cmd := exec.Command(h.bin, args...)
+	cmd.Dir = h.root
+	cmd.Env = h.env
+	var out, errOut bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// lint runs `helm lint --strict` on a chart.
+func (h *helmEnv) lint(t *testing.T, chart string) {
+	t.Helper()
+	stdout, stderr, err := h.run("lint", "--strict", filepath.Join("charts", chart))
+	if err != nil {
+		t.Fatalf("helm lint --strict charts/%s: %v\n%s%s", chart, err, stdout, stderr)
+	}
+}
+
+// template renders chart as release <chart> in chartNamespace with extra flags, and parses it.
+func (h *helmEnv) template(t *testing.T, chart string, flags ...string) []manifest {
+	t.Helper()
+	stdout, stderr, err := h.templateErr(chart, flags...)
+	if err != nil {
+		t.Fatalf("helm template %s %v: %v\n%s", chart, flags, err, stderr)
+	}
+	return parseManifests(t, stdout)
+}
+
+func (h *helmEnv) templateErr(chart string, flags ...string) (stdout, stderr string, err error) {
+	args := append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", chartNamespace}, flags...)
+	return h.run(args...)
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// parseManifests splits helm's multi-document output and parses each non-empty document.
+func parseManifests(t *testing.T, out string) []manifest {
+	t.Helper()
+	var objs []manifest
+	for _, doc := range docSeparator.Split(out, -1) {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var o manifest
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("parse rendered manifest: %v\n%s", err, doc)
+		}
+		if o.Kind == "" {
+			continue // a document of comments only
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) == 0 {
+		t.Fatalf("helm rendered no objects:\n%s", out)
+	}
+	return objs
+}
+
+func ofKind(objs []manifest, kind string) []manifest {
+	var found []manifest
+	for _, o := range objs {
+		if o.Kind == kind {
+			found = append(found, o)
+		}
+	}
+	return found
+}
+
+// theDeployment returns the single Deployment a service chart renders.
+func theDeployment(t *testing.T, objs []manifest) manifest {
+	t.Helper()
+	deps := ofKind(objs, "Deployment")
+	if len(deps) != 1 {
+		t.Fatalf("want 1 Deployment, got %d", len(deps))
+	}
+	return deps[0]
+}
+
+// envOf returns the plain value of a variable of the Deployment's first container.
+func envOf(t *testing.T, objs []manifest, name string) (string, bool) {
+	t.Helper()
+	d := theDeployment(t, objs)
+	if len(d.Spec.Template.Spec.Containers) == 0 {
+		t.Fatalf("%s has no containers", d)
+	}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+func wantEnv(t *testing.T, objs []manifest, name, want string) {
+	t.Helper()
+	got, ok := envOf(t, objs, name)
+	if !ok {
+		t.Errorf("env %s not set, want %q", name, want)
+	} else if got != want {
+		t.Errorf("env %s = %q, want %q", name, got, want)
+	}
+}
+
+// isLeaderElectionRole tells the Role that only grants the leader-election Lease.
+func isLeaderElectionRole(o manifest) bool {
+	if o.Kind != "Role" || len(o.Rules) == 0 {
+		return false
+	}
+	for _, r := range o.Rules {
+		if !slices.Equal(r.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(r.Resources, []string{"leases"}) {
+			return false
+		}
+	}
+	return true
+}
+
+// isClusterReader tells watch-gateway's ClusterRole, which may only read the agentplane CRDs and
+// the watched namespaces by name (plus token and access reviews when auth.mode=token).
+func isClusterReader(o manifest) bool {
+	if o.Kind != "ClusterRole" {
+		return false
+	}
+	for _, r := range o.Rules {
+		for _, res := range r.Resources {
+			switch res {
+			case "customresourcedefinitions", "namespaces":
+				if len(r.ResourceNames) == 0 {
+					return false
+				}
+			case "tokenreviews", "subjectaccessreviews":
+				if !slices.Equal(r.Verbs, []string{"create"}) {
+					return false
+				}
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkBindings fails when a binding refers to a role the chart did not render.
+func checkBindings(t *testing.T, objs []manifest) {
+	t.Helper()
+	roles := map[string]bool{}
+	for _, o := range objs {
+		switch o.Kind {
+		case "Role":
+			roles["Role/"+o.Metadata.Namespace+"/"+o.Metadata.Name] = true
+		case "ClusterRole":
+			roles["ClusterRole//"+o.Metadata.Name] = true
+		}
+	}
+	for _, o := range objs {
+		var key string
+		switch o.Kind {
+		case "RoleBinding":
+			if o.RoleRef.Kind == "ClusterRole" {
+				key = "ClusterRole//" + o.RoleRef.Name
+			} else {
+				key = "Role/" + o.Metadata.Namespace + "/" + o.RoleRef.Name
+			}
+		case "ClusterRoleBinding":
+			key = "ClusterRole//" + o.RoleRef.Name
+		default:
+			continue
+		}
+		if !roles[key] {
+			t.Errorf("%s refers to %s, which the chart does not render", o, key)
+		}
+	}
+}
+
+// checkPodSecurity enforces the restricted pod security settings on every Deployment.
+func checkPodSecurity(t *testing.T, objs []manifest) {
+	t.Helper()
+	for _, d := range ofKind(objs, "Deployment") {
+		pod := d.Spec.Template.Spec
+		if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+			t.Errorf("%s: pod securityContext.runAsNonRoot must be true", d)
+		}
+		for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+			sc := c.SecurityContext
+			if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("%s container %s: readOnlyRootFilesystem must be true", d, c.Name)
+			}
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("%s container %s: allowPrivilegeEscalation must be false", d, c.Name)
+			}
+		}
+	}
+}
+
+// checkGRPCPort wants the container port and the Service port named grpc to be 50051.
+func checkGRPCPort(t *testing.T, objs []manifest) {
+	t.Helper()
+	d := theDeployment(t, objs)
+	found := false
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == "grpc" {
+				found = true
+				if p.ContainerPort != 50051 {
+					t.Errorf("%s container %s: grpc port %d, want 50051", d, c.Name, p.ContainerPort)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s: no container port named grpc", d)
+	}
+	svcs := ofKind(objs, "Service")
+	if len(svcs) != 1 {
+		t.Fatalf("want 1 Service, got %d", len(svcs))
+	}
+	found = false
+	for _, p := range svcs[0].Spec.Ports {
+		if p.Name == "grpc" {
+			found = true
+			if p.Port != 50051 {
+				t.Errorf("%s: grpc port %d, want 50051", svcs[0], p.Port)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s: no port named grpc", svcs[0])
+	}
+	wantEnv(t, objs, "JANGAR_GRPC_PORT", "50051")
+}
+
+// wantRefused renders with flags and wants the chart's schema (or its templates) to refuse it,
+// with an error that names field.
+func wantRefused(t *testing.T, h *helmEnv, chart, field string, flags ...string) {
+	t.Helper()
+	_, out, err := h.templateErr(chart, flags...)
+	if err == nil {
+		t.Errorf("helm template %s %v succeeded, want it refused", chart, flags)
+		return
+	}
+	if !strings.Contains(out, field) {
+		t.Errorf("helm template %s %v was refused without naming %s:\n%s", chart, flags, field, out)
+	}
+}
+
+func TestCharts(t *testing.T) {
+	h := newHelmEnv(t)
+
+	t.Run("agentplane-crds", func(t *testing.T) {
+		h.lint(t, "agentplane-crds")
+		crdFiles, _ := filepath.Glob(filepath.Join(h.root, "charts", "agentplane-crds", "crds", "*.yaml"))
+		if len(crdFiles) == 0 {
+			t.Fatal("charts/agentplane-crds/crds holds no CRDs: run `make generate`")
+		}
+		objs := h.template(t, "agentplane-crds", "--include-crds")
+		var names []string
+		for _, o := range objs {
+			if o.Kind != "CustomResourceDefinition" {
+				t.Errorf("unexpected %s in the CRD chart", o)
+			}
+			names = append(names, o.Metadata.Name)
+		}
+		for _, want := range wantCRDs {
+			if !slices.Contains(names, want) {
+				t.Errorf("CRD %s not rendered (got %v)", want, names)
+			}
+		}
+	})
+
+	for _, sc := range serviceCharts {
+		t.Run(sc.name, func(t *testing.T) {
+			h.lint(t, sc.name)
+
+			defaults := h.template(t, sc.name)
+			t.Run("defaults", func(t *testing.T) {
+				for _, o := range ofKind(defaults, "ClusterRole") {
+					if sc.name != "watch-gateway" || !isClusterReader(o) {
+						t.Errorf("%s: no ClusterRole by default, except watch-gateway's CRD and namespace reader", o)
+					}
+				}
+				for _, o := range ofKind(defaults, "Role") {
+					if o.Metadata.Namespace != chartNamespace {
+						t.Errorf("%s: by default every Role is in the release namespace %s", o, chartNamespace)
+					}
+				}
+				checkBindings(t, defaults)
+				checkPodSecurity(t, defaults)
+				checkGRPCPort(t, defaults)
+				wantEnv(t, defaults, "JANGAR_AGENTS_CONTROLLER_NAMESPACES", chartNamespace)
+				wantEnv(t, defaults, "OTEL_SERVICE_NAME", sc.name)
+			})
+
+			for _, o := range sc.envOverrides {
+				t.Run("set "+o.set, func(t *testing.T) {
+					wantEnv(t, h.template(t, sc.name, "--set", o.set), o.env, o.want)
+				})
+			}
+
+			t.Run("env.vars", func(t *testing.T) {
+				wantEnv(t, h.template(t, sc.name, "--set", "env.vars.AGENTPLANE_EXTRA=on"), "AGENTPLANE_EXTRA", "on")
+				// A chart-managed variable cannot be replaced through env.vars.
+				wantRefused(t, h, sc.name, "JANGAR_LOG_LEVEL", "--set", "env.vars.JANGAR_LOG_LEVEL=debug")
+			})
+
+			t.Run("controller.namespaces", func(t *testing.T) {
+				objs := h.template(t, sc.name, "--set", "controller.namespaces={a,b}")
+				for _, ns := range []string{"a", "b"} {
+					found := false
+					for _, o := range ofKind(objs, "Role") {
+						if o.Metadata.Namespace == ns && !isLeaderElectionRole(o) {
+							found = true
+						}
+					}
+					if !found {
+						t.Errorf("no Role in namespace %s", ns)
+					}
+				}
+				checkBindings(t, objs)
+				wantEnv(t, objs, "JANGAR_AGENTS_CONTROLLER_NAMESPACES", "a,b")
+			})
+
+			t.Run("rbac.clusterScoped", func(t *testing.T) {
+				objs := h.template(t, sc.name, "--set", "rbac.clusterScoped=true")
+				var defaultNames []string
+				for _, o := range ofKind(defaults, "ClusterRole") {
+					defaultNames = append(defaultNames, o.Metadata.Name)
+				}
+				found := false
+				for _, o := range ofKind(objs, "ClusterRole") {
+					if !slices.Contains(defaultNames, o.Metadata.Name) {
+						found = true
+					}
+				}
+				if !found {
+					t.Error("rbac.clusterScoped=true rendered no ClusterRole of its own")
+				}
+				if len(ofKind(objs, "ClusterRoleBinding")) == 0 {
+					t.Error("rbac.clusterScoped=true rendered no ClusterRoleBinding")
+				}
+				for _, o := range ofKind(objs, "Role") {
+					if !isLeaderElectionRole(o) {
+						t.Errorf("%s: with rbac.clusterScoped=true only the leader-election Role stays", o)
+					}
+				}
+				checkBindings(t, objs)
+			})
+
+			t.Run("schema", func(t *testing.T) {
+				for _, bad := range []struct{ field, set string }{
+					{"logLevel", "logLevel=loud"},
+					{"logFormat", "logFormat=yaml"},
+					{"replicaCount", "replicaCount=abc"},
+					{"grpc", "grpc.port=0"},
+					{"unknownValue", "unknownValue=1"},
+				} {
+					wantRefused(t, h, sc.name, bad.field, "--set", bad.set)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,87 @@
+package grpcx
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// flaky fails its first calls with UNAVAILABLE, as a restarting peer does.
+type flaky struct {
+	healthpb.UnimplementedHealthServer
+	failures int32
+	calls    atomic.Int32
+}
+
+func (f *flaky) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if f.calls.Add(1) <= f.failures {
+		return nil, status.Error(codes.Unavailable, "restarting")
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func serve(t *testing.T, reg *prometheus.Registry, svc healthpb.HealthServer) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newInstrumentedServer(reg)
+	healthpb.RegisterHealthServer(s, svc)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return l.Addr().String()
+}
+
+func TestClientRetriesUnavailable(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := &flaky{failures: 2}
+	addr := serve(t, reg, f)
+	conn, err := Dial(addr, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Check = %v, %v; want SERVING after retries", resp, err)
+	}
+	if got := f.calls.Load(); got != 3 {
+		t.Fatalf("server saw %d calls, want 3 (two UNAVAILABLE, then success)", got)
+	}
+	const want = `grpc_server_handled_total{grpc_code="Unavailable",grpc_method="/grpc.health.v1.Health/Check"} 2`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP grpc_server_handled_total RPCs completed on the server, by method and status code.\n# TYPE grpc_server_handled_total counter\n"+want+"\n"+
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="/grpc.health.v1.Health/Check"} 1`+"\n"), "grpc_server_handled_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClientStopsRetryingAfterItsBudget(t *testing.T) {
+	f := &flaky{failures: 100}
+	addr := serve(t, prometheus.NewRegistry(), f)
+	conn, err := Dial(addr, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v, want UNAVAILABLE after the retry budget", err)
+	}
+	if got := f.calls.Load(); got != 5 {
+		t.Fatalf("server saw %d calls, want maxAttempts=5", got)
+	}
+}
