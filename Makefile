@@ -141,9 +141,10 @@ build-alone: ## Build each service with GOWORK=off, as its container image does.
 		echo ">> $$s (GOWORK=off)"; (cd services/$$s && GOWORK=off go build -o /dev/null ./cmd/$$s); done
 
 .PHONY: lint
-lint: ## gofmt and go vet over every module.
+lint: $(BUF) ## gofmt, go vet over every module, and buf lint over the .proto files.
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && go vet -tags 'integration e2e' ./...); done
+	@cd proto && $(BUF) lint
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.

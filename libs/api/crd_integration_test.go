@@ -95,11 +95,33 @@ func TestAgentRunIsAcceptedAndListedWithItsColumns(t *testing.T) {
 		if strings.Join(header, " ") != strings.Join(want, " ") {
 			t.Fatalf("columns = %v, want %v", header, want)
 		}
-		row := strings.Fields(lines[1])
-		if row[0] != "demo" || row[1] != "Running" || row[2] != "codex" || row[3] != "job" || !strings.HasPrefix(row[4], "2m") || row[5] != "<none>" {
-			t.Fatalf("row = %v", row)
+		row := cells(lines[0], lines[1])
+		if row["NAME"] != "demo" || row["PHASE"] != "Running" || row["AGENT"] != "codex" || row["RUNTIME"] != "job" ||
+			!strings.HasPrefix(row["START"], "2m") || row["COMPLETION"] != "" || row["AGE"] == "" {
+			t.Fatalf("row = %q", row)
 		}
 	}
+}
+
+// cells splits a kubectl table row by the header's column offsets; an empty cell stays empty.
+func cells(header, row string) map[string]string {
+	names := strings.Fields(header)
+	starts := make([]int, len(names)+1)
+	from := 0
+	for i, name := range names {
+		starts[i] = from + strings.Index(header[from:], name)
+		from = starts[i] + len(name)
+	}
+	starts[len(names)] = len(row)
+	out := map[string]string{}
+	for i, name := range names {
+		lo, hi := min(starts[i], len(row)), min(starts[i+1], len(row))
+		if i == len(names)-1 {
+			hi = len(row)
+		}
+		out[name] = strings.TrimSpace(row[lo:hi])
+	}
+	return out
 }
 
 func TestInvalidSpecIsRefusedWithTheField(t *testing.T) {

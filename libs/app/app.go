@@ -29,6 +29,9 @@ import (
 // Version is set at build time with -ldflags "-X github.com/agentplane/agentplane/libs/app.Version=...".
 var Version = "dev"
 
+// streamGrace is how long open streams keep running after health turns NOT_SERVING.
+const streamGrace = 250 * time.Millisecond
+
 // Options configure Run.
 type Options struct {
 	Config config.Service
@@ -161,6 +164,13 @@ func Run(ctx context.Context, o Options) error {
 	cancel(context.Canceled)
 	stopped := make(chan struct{})
 	go func() { rt.GRPC.GracefulStop(); close(stopped) }()
+	// Watchers have been told NOT_SERVING; give them a moment to read it, then end the
+	// long-lived streams so they do not hold the drain open until the timeout.
+	select {
+	case <-stopped:
+	case <-time.After(streamGrace):
+	}
+	rt.GRPC.EndStreams()
 	select {
 	case <-stopped:
 	case <-shutdownCtx.Done():

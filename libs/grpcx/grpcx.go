@@ -65,16 +65,40 @@ func (m *ServerMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 type Server struct {
 	*grpc.Server
 	Health *health.Server
+
+	streams    context.Context
+	endStreams context.CancelFunc
 }
 
 // NewServer returns a server instrumented with otelgrpc and metrics, with grpc.health.v1 and
 // reflection registered. Extra options (credentials, auth interceptors) come after the defaults.
 func NewServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *Server {
-	s := &Server{Server: newInstrumentedServer(reg, extra...), Health: health.NewServer()}
+	s := &Server{Health: health.NewServer()}
+	s.streams, s.endStreams = context.WithCancel(context.Background())
+	s.Server = newInstrumentedServer(reg, append([]grpc.ServerOption{grpc.ChainStreamInterceptor(s.endable)}, extra...)...)
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)
 	return s
 }
+
+// EndStreams cancels the context of every open stream, so long-lived streams (health watches,
+// status watches) return and GracefulStop can finish instead of waiting out its timeout.
+func (s *Server) EndStreams() { s.endStreams() }
+
+func (s *Server) endable(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
+	return h(srv, &endableStream{ServerStream: ss, ctx: ctx})
+}
+
+type endableStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (e *endableStream) Context() context.Context { return e.ctx }
 
 func newInstrumentedServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *grpc.Server {
 	m := NewServerMetrics(reg)
