@@ -40,6 +40,12 @@ PROTOC_GEN_GO_GRPC := $(TOOLS)/protoc-gen-go-grpc/$(PROTOC_GEN_GO_GRPC_VERSION)/
 JAEGER             := $(TOOLS)/jaeger/$(JAEGER_VERSION)/jaeger
 ENVTEST_BIN        := $(BIN)/envtest
 
+# Stamp the Kubernetes binaries with their version, as the release build does, so that
+# `kubectl version` and discovery report v1.37.2 rather than v0.0.0-master.
+KUBE_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+KUBE_VERSION_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean)
+
 SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator watch-gateway agentctl
 MODULES  := libs proto e2e $(addprefix services/,$(SERVICES))
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -69,7 +75,7 @@ tools-jaeger: $(JAEGER) ## Build Jaeger (all-in-one, OTLP on 4317/4318, UI on 16
 # One go build for the four Kubernetes commands: they share most packages.
 $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
 	@echo ">> building Kubernetes $(KUBE_VERSION) (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
-	cd hack/tools/kube && GOWORK=off go build -trimpath -ldflags '-s -w' -o $(KUBE_DIR)/ \
+	cd hack/tools/kube && GOWORK=off go build -trimpath -ldflags '-s -w $(KUBE_VERSION_LDFLAGS)' -o $(KUBE_DIR)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 	@touch $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL)

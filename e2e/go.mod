@@ -6,6 +6,7 @@ require (
 	github.com/agentplane/agentplane/libs v0.0.0
 	github.com/testcontainers/testcontainers-go v0.45.0
 	google.golang.org/grpc v1.85.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -110,7 +111,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace (

@@ -74,6 +74,7 @@ func StartKube() (*Kube, error) {
 			return nil, fmt.Errorf("%s not found in %s: run `make tools` to build it", name, bin)
 		}
 	}
+	reapOrphans(bin)
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err

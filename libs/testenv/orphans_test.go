@@ -1,0 +1,68 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReapOrphansKillsOnlyOrphans runs a stand-in "etcd" (a shell under that name, carrying
+// envtest's marker) twice from a bin dir: once as this test binary's child, which must survive,
+// and once orphaned through a double fork, which must be killed.
+func TestReapOrphansKillsOnlyOrphans(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	fake := filepath.Join(bin, "etcd")
+	if err := os.Symlink(sh, fake); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(fake, "-c", "sleep 30; true", "k8s_test_framework_child")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+
+	out, err := exec.Command(sh, "-c", `"$0" -c "sleep 30; true" k8s_test_framework_orphan >/dev/null 2>&1 & echo $!`, fake).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(orphan, syscall.SIGKILL)
+	if isTestBinary(parentPID(orphan)) {
+		t.Fatalf("orphan %d still has a test binary as parent", orphan)
+	}
+
+	reapOrphans(bin)
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(orphan) {
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d not killed", orphan)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !alive(child.Process.Pid) {
+		t.Fatal("the live test's own child was killed")
+	}
+}
+
+// alive treats a zombie (killed, not yet reaped by its new parent) as dead.
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
+}
