@@ -153,11 +153,25 @@ func TestLocalControlPlane(t *testing.T) {
 			t.Fatalf("make down: %v\n%s", err, out)
 		}
 		for name, pid := range pids {
-			if syscall.Kill(pid, 0) == nil {
+			if running(pid) {
 				t.Errorf("%s (pid %d) still running after make down", name, pid)
 			}
 		}
 	})
+}
+
+// running is true for a live process; a zombie waiting to be reaped by its new parent is gone.
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
 }
 
 func readPids(t *testing.T, runDir string) map[string]int {

@@ -13,8 +13,8 @@ for name in $reversed; do
   if [ -n "$pid" ]; then
     echo "   stopping $name (pid $pid)"
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then
       echo "   $name did not stop within 10s; killing it"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi

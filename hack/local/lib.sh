@@ -33,11 +33,18 @@ watch-gateway $(port WATCH_GATEWAY_GRPC 50051) $(port WATCH_GATEWAY_METRICS 9101
 # Components in start order; down.sh stops them in reverse.
 COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok redis $(echo "$SERVICE_TABLE" | awk '{printf "%s ", $1}')"
 
+# alive PID: running, and not a zombie waiting for its new parent to reap it.
+alive() {
+  local state
+  state=$(awk '{sub(/.*\) /, ""); print $1}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 pid_of() { # prints the pid of a running component, or nothing
   local f="$RUN_DIR/$1.pid" pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+  if [ -n "$pid" ] && alive "$pid"; then echo "$pid"; fi
 }
 
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
