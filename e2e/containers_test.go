@@ -4,33 +4,52 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
-// TestServiceImages runs every service as the container image its chart deploys: it must serve
-// gRPC health and /readyz, run as a non-root user, and exit 0 on SIGTERM.
+// TestServiceImages runs every service as the container image its chart deploys, against a real
+// kube-apiserver: it must serve gRPC health and /readyz, run as a non-root user, and exit 0 on
+// SIGTERM. Containers use the host's network so they reach the loopback API server.
 func TestServiceImages(t *testing.T) {
+	kube, err := testenv.StartKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kube.Stop()
 	for _, svc := range services {
 		t.Run(svc, func(t *testing.T) {
 			ctx := context.Background()
+			grpcPort, err1 := testenv.FreePort()
+			metricsPort, err2 := testenv.FreePort()
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
 			c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 				ContainerRequest: testcontainers.ContainerRequest{
 					FromDockerfile: serviceImage(t, svc),
 					Env: map[string]string{
-						"JANGAR_GRPC_HOST": "0.0.0.0", "JANGAR_GRPC_PORT": "50051", "JANGAR_METRICS_ADDR": "0.0.0.0:9090",
-						"JANGAR_SHUTDOWN_TIMEOUT": "10s",
+						"JANGAR_GRPC_HOST": "127.0.0.1", "JANGAR_GRPC_PORT": strconv.Itoa(grpcPort),
+						"JANGAR_METRICS_ADDR":     "127.0.0.1:" + strconv.Itoa(metricsPort),
+						"JANGAR_SHUTDOWN_TIMEOUT": "10s", "KUBECONFIG": "/etc/agentplane/kubeconfig",
 					},
-					ExposedPorts: []string{"50051/tcp", "9090/tcp"},
-					WaitingFor:   wait.ForHTTP("/readyz").WithPort("9090/tcp").WithStartupTimeout(60 * time.Second),
+					Files: []testcontainers.ContainerFile{{HostFilePath: kube.Kubeconfig, ContainerFilePath: "/etc/agentplane/kubeconfig", FileMode: 0o444}},
+					HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
 				},
 				Started: true,
 			})
@@ -38,6 +57,17 @@ func TestServiceImages(t *testing.T) {
 			if err != nil {
 				t.Fatalf("start %s: %v", svc, err)
 			}
+			eventually(t, 60*time.Second, svc+" /readyz", func() error {
+				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", metricsPort))
+				if err != nil {
+					return err
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return errorf("status %d", resp.StatusCode)
+				}
+				return nil
+			})
 			info, err := c.Inspect(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -45,11 +75,7 @@ func TestServiceImages(t *testing.T) {
 			if info.Config.User != "65532:65532" {
 				t.Errorf("image runs as %q, want the non-root 65532:65532", info.Config.User)
 			}
-			endpoint, err := c.PortEndpoint(ctx, "50051/tcp", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,6 +32,10 @@ type Service struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease: JANGAR_LEADER_ELECTION_NAMESPACE.
 	LeaderElectionNamespace string
+	// KubeQPS and KubeBurst bound the client-side request rate to the API server:
+	// JANGAR_KUBE_API_QPS, JANGAR_KUBE_API_BURST.
+	KubeQPS   int
+	KubeBurst int
 	// Identity names this replica (POD_NAME, else the host name).
 	Identity string
 	// PodNamespace is where this replica runs (POD_NAMESPACE).
@@ -55,6 +59,8 @@ func LoadService(env *Env, name string, defaultGRPCPort, defaultMetricsPort int)
 	s.Namespaces = env.List("JANGAR_AGENTS_CONTROLLER_NAMESPACES", nil)
 	s.ShutdownTimeout = env.Duration("JANGAR_SHUTDOWN_TIMEOUT", 20*time.Second)
 	s.Kubeconfig = env.String("KUBECONFIG", "")
+	s.KubeQPS = env.Int("JANGAR_KUBE_API_QPS", 100)
+	s.KubeBurst = env.Int("JANGAR_KUBE_API_BURST", 200)
 	s.LeaderElection = env.Bool("JANGAR_LEADER_ELECTION_ENABLED", false)
 	s.PodNamespace = env.String("POD_NAMESPACE", "default")
 	s.LeaderElectionNamespace = env.String("JANGAR_LEADER_ELECTION_NAMESPACE", s.PodNamespace)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/config"
 	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 )
 
@@ -25,6 +26,16 @@ func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(agentsv1alpha1.AddToScheme(Scheme))
 	utilruntime.Must(orchestrationv1alpha1.AddToScheme(Scheme))
+}
+
+// ForService is RESTConfig with the service's kubeconfig, name and client rate limits.
+func ForService(c config.Service) (*rest.Config, error) {
+	cfg, err := RESTConfig(c.Kubeconfig, "agentplane-"+c.Name)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = float32(c.KubeQPS), c.KubeBurst
+	return cfg, nil
 }
 
 // RESTConfig loads the kubeconfig at path (the in-cluster config when empty), names the caller in

@@ -1,11 +1,15 @@
-// Command status-writer is the one writer of .status for agentplane's CRDs (seed 000).
+// Command status-writer is the one writer of .status for agentplane's CRDs (seed 000): every
+// service asks it over gRPC, and it applies the status contract on every write.
 //
 // Configuration comes from the environment (JANGAR_GRPC_HOST, JANGAR_GRPC_PORT,
-// JANGAR_METRICS_ADDR, KUBECONFIG, OTEL_*); see docs/architecture.md.
+// JANGAR_METRICS_ADDR, KUBECONFIG, JANGAR_KUBE_API_QPS, OTEL_*); see docs/architecture.md.
 package main
 
-import "github.com/agentplane/agentplane/libs/app"
+import (
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/services/status-writer/internal/service"
+)
 
 func main() {
-	app.Main("status-writer", 50052, 9102, nil)
+	app.Main("status-writer", 50052, 9102, service.Setup)
 }

@@ -1,0 +1,353 @@
+//go:build integration
+
+package writer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/grpcx"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/statusclient"
+	"github.com/agentplane/agentplane/libs/testenv"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+)
+
+var (
+	env     *testenv.Kube
+	kc      client.Client
+	dyn     dynamic.Interface
+	sw      *statusclient.Client
+	metrics *Metrics
+	reg     *prometheus.Registry
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var err error
+		if env, err = testenv.StartKube(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer env.Stop()
+		if kc, err = client.New(env.Config, client.Options{Scheme: kube.Scheme}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		cfg := *env.Config
+		cfg.QPS, cfg.Burst = 500, 1000
+		dyn = dynamic.NewForConfigOrDie(&cfg)
+		reg = prometheus.NewRegistry()
+		metrics = NewMetrics(reg)
+		srv := grpcx.NewServer(prometheus.NewRegistry())
+		pb.RegisterStatusWriterServer(srv, NewServer(New(dyn, Options{Metrics: metrics})))
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Stop()
+		if sw, err = statusclient.New(l.Addr().String(), "test", statusclient.Options{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer sw.Close()
+		return m.Run()
+	}())
+}
+
+func newNamespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sw-"}}
+	if err := kc.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func newRun(t testing.TB, ns, name string) *agentsv1alpha1.AgentRun {
+	t.Helper()
+	run := &agentsv1alpha1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: agentsv1alpha1.AgentRunSpec{
+			AgentRef: agentsv1alpha1.LocalRef{Name: "codex"},
+			Runtime:  agentsv1alpha1.RuntimeSpec{Type: agentsv1alpha1.RuntimeJob},
+		},
+	}
+	if err := kc.Create(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func write(t testing.TB, req *pb.WriteStatusRequest) (agentsv1alpha1.AgentRunStatus, error) {
+	t.Helper()
+	resp, err := sw.Write(context.Background(), req)
+	if err != nil {
+		return agentsv1alpha1.AgentRunStatus{}, err
+	}
+	var st agentsv1alpha1.AgentRunStatus
+	if err := json.Unmarshal(resp.GetStatusJson(), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st, nil
+}
+
+func runRef(run *agentsv1alpha1.AgentRun) *pb.ObjectRef {
+	return &pb.ObjectRef{Kind: "AgentRun", Namespace: run.Namespace, Name: run.Name, Uid: string(run.UID)}
+}
+
+func TestRunLifecycleKeepsTimestamps(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "life")
+	ref := runRef(run)
+
+	pending, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Pending", Reason: "Accepted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending.StartedAt != nil || pending.FinishedAt != nil || pending.UpdatedAt == nil || pending.ObservedGeneration != 1 {
+		t.Fatalf("pending status = %+v", pending)
+	}
+	time.Sleep(1100 * time.Millisecond) // timestamps have second precision: make the phases distinguishable
+	running, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "JobRunning",
+		Fields: mustStruct(t, map[string]any{"jobRef": map[string]any{"name": "life-job", "namespace": ns, "uid": "u-1"}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running.StartedAt == nil || running.FinishedAt != nil || running.JobRef == nil || running.JobRef.Name != "life-job" {
+		t.Fatalf("running status = %+v", running)
+	}
+	if !running.UpdatedAt.After(pending.UpdatedAt.Time) {
+		t.Fatalf("updatedAt did not move: %s then %s", pending.UpdatedAt, running.UpdatedAt)
+	}
+	again, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "JobRunning"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.UpdatedAt.After(running.UpdatedAt.Time) || !again.StartedAt.Equal(running.StartedAt) {
+		t.Fatalf("an unchanged write must move updatedAt and keep startedAt: %+v then %+v", running, again)
+	}
+	if again.JobRef == nil {
+		t.Fatal("a write that does not name jobRef cleared it")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	done, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Succeeded", Reason: "Completed",
+		Conditions: []*pb.Condition{{Type: "Succeeded", Status: "True", Reason: "Completed"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !done.StartedAt.Equal(running.StartedAt) || done.FinishedAt == nil || !done.FinishedAt.After(done.StartedAt.Time) {
+		t.Fatalf("succeeded status = startedAt %v finishedAt %v", done.StartedAt, done.FinishedAt)
+	}
+	if len(done.Conditions) != 1 || done.Conditions[0].ObservedGeneration != 1 || done.Conditions[0].LastTransitionTime.IsZero() {
+		t.Fatalf("conditions = %+v", done.Conditions)
+	}
+
+	_, err = write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running"})
+	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "terminal") {
+		t.Fatalf("terminal regression: %v, want FailedPrecondition", err)
+	}
+	var live agentsv1alpha1.AgentRun
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), &live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Status.Phase != "Succeeded" || !live.Status.FinishedAt.Equal(done.FinishedAt) {
+		t.Fatalf("a refused write changed the object: %+v", live.Status)
+	}
+
+	// The seed's validation command prints all five values on the live run.
+	out, errOut, err := env.RunKubectl(context.Background(), "-n", ns, "get", "agentrun", "life", "-o",
+		"jsonpath={.metadata.generation} {.status.observedGeneration} {.status.startedAt} {.status.finishedAt} {.status.updatedAt}")
+	if err != nil {
+		t.Fatalf("kubectl: %v %s", err, errOut)
+	}
+	if f := strings.Fields(out); len(f) != 5 || f[0] != "1" || f[1] != "1" {
+		t.Fatalf("validation command printed %q, want five values", out)
+	}
+}
+
+func TestSpecEditRaisesObservedGenerationOnTheNextWrite(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "gen")
+	ref := runRef(run)
+	if _, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 2, Phase: "Running"}); grpcstatus.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("generation from the future: %v, want FailedPrecondition", err)
+	}
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), run); err != nil {
+		t.Fatal(err)
+	}
+	run.Spec.Parameters = map[string]string{"issue": "7"}
+	if err := kc.Update(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	if run.Generation != 2 {
+		t.Fatalf("generation after spec edit = %d", run.Generation)
+	}
+	st, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 2, Phase: "Running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ObservedGeneration != 2 {
+		t.Fatalf("observedGeneration = %d, want 2", st.ObservedGeneration)
+	}
+	if _, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running"}); grpcstatus.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("stale generation: %v, want FailedPrecondition", err)
+	}
+}
+
+func TestErrorsMapToCodes(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "errs")
+	cases := []struct {
+		name string
+		req  *pb.WriteStatusRequest
+		code codes.Code
+		has  string
+	}{
+		{"unknown kind", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "Pod", Namespace: ns, Name: "x"}, ObservedGeneration: 1}, codes.InvalidArgument, "AgentRun"},
+		{"bad field", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Fields: mustStruct(t, map[string]any{"jobRef": map[string]any{"nmae": "x"}})}, codes.InvalidArgument, "nmae"},
+		{"field of another kind", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Fields: mustStruct(t, map[string]any{"stepStatuses": []any{}})}, codes.InvalidArgument, "stepStatuses"},
+		{"bad phase", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Done"}, codes.InvalidArgument, "Done"},
+		{"missing object", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "nope"}, ObservedGeneration: 1}, codes.NotFound, "nope"},
+		{"uid mismatch", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "errs", Uid: "0000"}, ObservedGeneration: 1}, codes.FailedPrecondition, "UID"},
+		{"phase on Agent", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "Agent", Namespace: ns, Name: "a"}, ObservedGeneration: 1, Phase: "Running"}, codes.InvalidArgument, "no phase"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := write(t, tc.req)
+			if grpcstatus.Code(err) != tc.code || !strings.Contains(err.Error(), tc.has) {
+				t.Fatalf("err = %v, want %s mentioning %q", err, tc.code, tc.has)
+			}
+		})
+	}
+	var live agentsv1alpha1.AgentRun
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), &live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Status.UpdatedAt != nil {
+		t.Fatalf("a refused request wrote status: %+v", live.Status)
+	}
+}
+
+func TestOrchestrationRunAndAgentStatus(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	orun := &orchestrationv1alpha1.OrchestrationRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "or"},
+		Spec:       orchestrationv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchestrationv1alpha1.NameRef{Name: "o"}},
+	}
+	agent := &agentsv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}, Spec: agentsv1alpha1.AgentSpec{ProviderRef: agentsv1alpha1.LocalRef{Name: "p"}}}
+	if err := kc.Create(ctx, orun); err != nil {
+		t.Fatal(err)
+	}
+	if err := kc.Create(ctx, agent); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := sw.Write(ctx, &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "OrchestrationRun", Namespace: ns, Name: "or"}, ObservedGeneration: 1, Phase: "Running",
+		Fields: mustStruct(t, map[string]any{"runId": "r-1", "stepStatuses": []any{map[string]any{"name": "plan", "kind": "AgentRun", "phase": "Running"}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ost orchestrationv1alpha1.OrchestrationRunStatus
+	if err := json.Unmarshal(resp.GetStatusJson(), &ost); err != nil {
+		t.Fatal(err)
+	}
+	if ost.RunID != "r-1" || len(ost.StepStatuses) != 1 || ost.StepStatuses[0].Phase != "Running" || ost.StartedAt == nil {
+		t.Fatalf("orchestrationrun status = %+v", ost)
+	}
+	resp, err = sw.Write(ctx, &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "Agent", Namespace: ns, Name: "a"}, ObservedGeneration: 1,
+		Conditions: []*pb.Condition{{Type: "Ready", Status: "True", Reason: "ProviderFound"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ast agentsv1alpha1.AgentStatus
+	if err := json.Unmarshal(resp.GetStatusJson(), &ast); err != nil {
+		t.Fatal(err)
+	}
+	if len(ast.Conditions) != 1 || ast.UpdatedAt == nil || ast.ObservedGeneration != 1 {
+		t.Fatalf("agent status = %+v", ast)
+	}
+}
+
+// TestConcurrentWritersAreCoalescedWithoutLosingTheLatest has 8 writers hammer one object; each
+// owns a condition and writes its iteration number. Every request must succeed, the final status
+// must hold every writer's last iteration, and the API must have seen fewer writes than requests.
+func TestConcurrentWritersAreCoalescedWithoutLosingTheLatest(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "hot")
+	ref := runRef(run)
+	const writers, rounds = 8, 15
+	before := testutil.ToFloat64(metrics.apiWrites.WithLabelValues("AgentRun"))
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*rounds)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= rounds; i++ {
+				_, err := sw.Write(context.Background(), &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running",
+					Conditions: []*pb.Condition{{Type: fmt.Sprintf("Writer%d", w), Status: "True", Reason: "Iteration", Message: fmt.Sprint(i)}}})
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent write failed: %v", err)
+	}
+	var live agentsv1alpha1.AgentRun
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), &live); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range live.Status.Conditions {
+		got[c.Type] = c.Message
+	}
+	for w := 0; w < writers; w++ {
+		if got[fmt.Sprintf("Writer%d", w)] != fmt.Sprint(rounds) {
+			t.Errorf("Writer%d's last request lost: condition message %q", w, got[fmt.Sprintf("Writer%d", w)])
+		}
+	}
+	apiWrites := testutil.ToFloat64(metrics.apiWrites.WithLabelValues("AgentRun")) - before
+	perRequest := apiWrites / (writers * rounds)
+	t.Logf("%d requests took %.0f API writes (%.2f per request)", writers*rounds, apiWrites, perRequest)
+	if perRequest >= 1 {
+		t.Fatalf("no coalescing: %.2f API writes per request", perRequest)
+	}
+}
+
+func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
