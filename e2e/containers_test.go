@@ -48,7 +48,7 @@ func TestServiceImages(t *testing.T) {
 						"JANGAR_METRICS_ADDR":     "127.0.0.1:" + strconv.Itoa(metricsPort),
 						"JANGAR_SHUTDOWN_TIMEOUT": "10s", "KUBECONFIG": "/etc/agentplane/kubeconfig",
 					},
-					Files: []testcontainers.ContainerFile{{HostFilePath: kube.Kubeconfig, ContainerFilePath: "/etc/agentplane/kubeconfig", FileMode: 0o444}},
+					Files:              []testcontainers.ContainerFile{{HostFilePath: kube.Kubeconfig, ContainerFilePath: "/etc/agentplane/kubeconfig", FileMode: 0o444}},
 					HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
 				},
 				Started: true,

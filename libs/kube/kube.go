@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	"github.com/agentplane/agentplane/libs/config"
 	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/config"
 )
 
 // Scheme knows the built-in kinds and the agentplane kinds.
