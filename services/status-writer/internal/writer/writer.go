@@ -156,7 +156,11 @@ func (w *Writer) enqueue(c *call) {
 	q.pending = append(q.pending, c)
 	w.mu.Unlock()
 	if !running {
-		go w.lead(key, q)
+		// The first caller writes its own batch on its own goroutine (no hand-off on the common,
+		// uncontended path); whatever queued meanwhile is led on from a new goroutine.
+		if w.writeNext(key, q) {
+			go w.lead(key, q)
+		}
 	}
 }
 
@@ -164,21 +168,27 @@ func (w *Writer) enqueue(c *call) {
 // write is in flight form the next batch, so N concurrent requests cost far fewer than N writes
 // and the latest request is always applied last.
 func (w *Writer) lead(key objectKey, q *queue) {
-	for {
-		w.mu.Lock()
-		batch := q.pending
-		q.pending = nil
-		if len(batch) == 0 {
-			delete(w.objects, key)
-			w.mu.Unlock()
-			return
-		}
-		w.mu.Unlock()
-		w.writeBatch(key, batch)
-		for _, c := range batch {
-			close(c.done)
-		}
+	for w.writeNext(key, q) {
 	}
+}
+
+// writeNext writes the pending batch, if any, and reports whether it wrote one. When nothing is
+// pending it retires the queue, so the next request starts a new leader.
+func (w *Writer) writeNext(key objectKey, q *queue) bool {
+	w.mu.Lock()
+	batch := q.pending
+	q.pending = nil
+	if len(batch) == 0 {
+		delete(w.objects, key)
+		w.mu.Unlock()
+		return false
+	}
+	w.mu.Unlock()
+	w.writeBatch(key, batch)
+	for _, c := range batch {
+		close(c.done)
+	}
+	return true
 }
 
 func (w *Writer) cached(key objectKey) *unstructured.Unstructured {
@@ -250,6 +260,9 @@ func (w *Writer) writeBatch(key objectKey, batch []*call) {
 		if len(applied) == 0 {
 			return // every request was refused by the contract; nothing to write
 		}
+		// managedFields left out of an update are kept by the API server; not sending them
+		// makes every write smaller.
+		obj.SetManagedFields(nil)
 		w.metrics.apiWrites.WithLabelValues(k.name).Inc()
 		written, err := res.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: applied[len(applied)-1].req.FieldManager})
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -267,7 +280,8 @@ func (w *Writer) writeBatch(key objectKey, batch []*call) {
 			}
 			return
 		}
-		w.remember(key, written.DeepCopy())
+		written.SetManagedFields(nil) // never sent back, so not worth copying
+		w.remember(key, written)      // never mutated: cached() hands out copies
 		st, _, _ := unstructured.NestedMap(written.Object, "status")
 		for _, c := range applied {
 			c.result = Result{Status: st, ResourceVersion: written.GetResourceVersion(), Generation: written.GetGeneration(), Coalesced: len(applied) > 1}

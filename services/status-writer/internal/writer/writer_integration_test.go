@@ -15,6 +15,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -350,4 +355,96 @@ func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestWriteSurvivesAStatusWriterRestart stops the gRPC server while a caller writes and starts a
+// new one on the same address: the write is delayed, not lost.
+func TestWriteSurvivesAStatusWriterRestart(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "restart")
+	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t))
+	start := func() *grpcx.Server {
+		srv := grpcx.NewServer(prometheus.NewRegistry())
+		pb.RegisterStatusWriterServer(srv, NewServer(New(dyn, Options{})))
+		var l net.Listener
+		var err error
+		for i := 0; i < 50; i++ {
+			if l, err = net.Listen("tcp", addr); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.Serve(l) }()
+		return srv
+	}
+	srv := start()
+	c, err := statusclient.New(addr, "restart-test", statusclient.Options{AttemptTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(context.Background(), &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Pending"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(context.Background(), &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Running"})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	srv = start()
+	defer srv.Stop()
+	if err := <-done; err != nil {
+		t.Fatalf("write across the restart: %v", err)
+	}
+	var live agentsv1alpha1.AgentRun
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), &live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Status.Phase != "Running" || live.Status.StartedAt == nil {
+		t.Fatalf("status after restart = %+v", live.Status)
+	}
+}
+
+// TestWriteSpanJoinsTheCallersTrace checks that status-writer's span for a write belongs to the
+// trace of the caller that asked for it.
+func TestWriteSpanJoinsTheCallersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	defer otel.SetTracerProvider(noop.NewTracerProvider())
+
+	ns := newNamespace(t)
+	run := newRun(t, ns, "traced")
+	ctx, parent := tp.Tracer("caller").Start(context.Background(), "reconcile AgentRun")
+	_, err := sw.Write(ctx, &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Pending"})
+	parent.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, s := range rec.Ended() {
+		if s.Name() == "WriteStatus AgentRun" {
+			found = true
+			if s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+				t.Fatalf("write span in trace %s, caller in %s", s.SpanContext().TraceID(), parent.SpanContext().TraceID())
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no WriteStatus span recorded")
+	}
+}
+
+func mustFreePort(t testing.TB) int {
+	p, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
