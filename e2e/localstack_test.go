@@ -17,6 +17,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/agentplane/agentplane/libs/statusclient"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
 // offset moves every port of the stack under test, so it runs beside a developer's `make up`.
@@ -73,6 +76,37 @@ func TestLocalControlPlane(t *testing.T) {
 		header := strings.Join(strings.Fields(strings.SplitN(out, "\n", 2)[0]), " ")
 		if header != "NAME PHASE AGENT RUNTIME START COMPLETION AGE" || !strings.Contains(out, "hello") {
 			t.Fatalf("kubectl get agentrun:\n%s", out)
+		}
+	})
+
+	t.Run("status-writer writes a live run's status and the seed's command shows it", func(t *testing.T) {
+		uid, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.metadata.uid}")
+		if err != nil {
+			t.Fatalf("uid: %v %s", err, uid)
+		}
+		sw, err := statusclient.New(fmt.Sprintf("127.0.0.1:%d", servicePorts["status-writer"][0]+offset), "e2e", statusclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sw.Close()
+		ref := &pb.ObjectRef{Kind: "AgentRun", Namespace: "agents", Name: "hello", Uid: uid}
+		for _, phase := range []string{"Pending", "Running", "Succeeded"} {
+			if _, err := sw.Write(ctx, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: phase}); err != nil {
+				t.Fatalf("write %s: %v", phase, err)
+			}
+		}
+		out, err := kubectl("get", "agentrun", "hello", "-o",
+			"jsonpath={.metadata.generation} {.status.observedGeneration} {.status.startedAt} {.status.finishedAt} {.status.updatedAt}")
+		if f := strings.Fields(out); err != nil || len(f) != 5 {
+			t.Fatalf("seed validation command printed %q (%v), want five values", out, err)
+		}
+		out, err = kubectl("get", "agentrun", "hello", "--no-headers")
+		if err != nil || !strings.Contains(out, "Succeeded") {
+			t.Fatalf("kubectl get agentrun: %v\n%s", err, out)
+		}
+		_, err = kubectl("patch", "agentrun", "hello", "--subresource=status", "--type=merge", "-p", `{"status":{"startedAt":"2020-01-01T00:00:00Z"}}`)
+		if err == nil {
+			t.Fatal("the API server let kubectl rewrite startedAt")
 		}
 	})
 
