@@ -180,6 +180,15 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	if live.Status.Phase != "Succeeded" || !live.Status.FinishedAt.Equal(done.FinishedAt) {
 		t.Fatalf("a refused write changed the object: %+v", live.Status)
 	}
+	owned := false
+	for _, mf := range live.ManagedFields {
+		if mf.Manager == "agentplane-test" && mf.Subresource == "status" {
+			owned = true
+		}
+	}
+	if !owned {
+		t.Fatalf("status fields are not owned by the caller's field manager through /status: %+v", live.ManagedFields)
+	}
 
 	// The seed's validation command prints all five values on the live run.
 	out, errOut, err := env.RunKubectl(context.Background(), "-n", ns, "get", "agentrun", "life", "-o",
