@@ -1,0 +1,55 @@
+// Package reasons is the one list of event and condition reasons in agentplane. Reasons are
+// stable CamelCase words: runbooks, alerts and `kubectl get events --field-selector reason=...`
+// depend on them, so they are never renamed.
+package reasons
+
+// Reasons for reconcile failures an operator must fix (seed 001): emitted as Warning events.
+const (
+	// InvalidSpec: the object's spec cannot be acted on (a field is missing or contradictory).
+	InvalidSpec = "InvalidSpec"
+	// MissingSecret: a Secret the object references does not exist.
+	MissingSecret = "MissingSecret"
+	// Forbidden: policy or RBAC refuses what the object asks for (an image, a service account).
+	Forbidden = "Forbidden"
+)
+
+// Reasons of the run lifecycle.
+const (
+	// WorkflowJobMissing: a run's Job vanished before its outcome was recorded (seed 002).
+	WorkflowJobMissing = "WorkflowJobMissing"
+	// JobCreated: the run's Job is confirmed created.
+	JobCreated = "JobCreated"
+	// ReconcileError: a transient failure (API server, network); retried.
+	ReconcileError = "ReconcileError"
+)
+
+// Reasons of OrchestrationRun cancellation (seed 003).
+const (
+	// CancelRequested: spec.cancel was set and propagation started.
+	CancelRequested = "CancelRequested"
+	// Cancelled: every child was terminated (or the cancel timeout passed) and the run is Cancelled.
+	Cancelled = "Cancelled"
+	// CancelTimedOut: JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS passed before every child stopped;
+	// the run was marked Cancelled anyway.
+	CancelTimedOut = "CancelTimedOut"
+	// CancelIgnoredTerminal: cancel was requested on a run already Succeeded or Failed: a no-op.
+	CancelIgnoredTerminal = "CancelIgnoredTerminal"
+)
+
+var all = map[string]bool{
+	InvalidSpec: true, MissingSecret: true, Forbidden: true,
+	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true,
+	CancelRequested: true, Cancelled: true, CancelTimedOut: true, CancelIgnoredTerminal: true,
+}
+
+// Known reports whether reason is one of the system's stable reasons.
+func Known(reason string) bool { return all[reason] }
+
+// All returns every stable reason.
+func All() []string {
+	out := make([]string, 0, len(all))
+	for r := range all {
+		out = append(out, r)
+	}
+	return out
+}
