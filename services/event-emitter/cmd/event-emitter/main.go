@@ -1,11 +1,16 @@
-// Command event-emitter turns reconcile failures into rate-limited Kubernetes Events (seed 001).
+// Command event-emitter turns reconcile failures into Kubernetes Events (seed 001): stable
+// reasons, sanitized notes, a per-object token bucket in Redis shared by every replica.
 //
-// Configuration comes from the environment (JANGAR_GRPC_HOST, JANGAR_GRPC_PORT,
-// JANGAR_METRICS_ADDR, KUBECONFIG, OTEL_*); see docs/architecture.md.
+// Configuration comes from the environment: JANGAR_CONTROLLER_EVENTS_ENABLED,
+// JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN, JANGAR_CONTROLLER_EVENTS_BURST,
+// JANGAR_REDIS_URL, JANGAR_REDIS_PASSWORD, and the common JANGAR_GRPC_*, KUBECONFIG, OTEL_*.
 package main
 
-import "github.com/agentplane/agentplane/libs/app"
+import (
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/services/event-emitter/internal/service"
+)
 
 func main() {
-	app.Main("event-emitter", 50053, 9103, nil)
+	app.Main("event-emitter", 50053, 9103, service.Setup)
 }

@@ -1,0 +1,406 @@
+//go:build integration
+
+package emitter
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/grpcx"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/testenv"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+	"github.com/agentplane/agentplane/services/event-emitter/internal/limiter"
+)
+
+var (
+	env *testenv.Kube
+	rds *testenv.Redis
+	kc  client.Client
+	kcs kubernetes.Interface
+	dyn dynamic.Interface
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var err error
+		if env, err = testenv.StartKube(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer env.Stop()
+		if rds, err = testenv.StartRedis(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer rds.Close()
+		cfg := *env.Config
+		cfg.QPS, cfg.Burst = 500, 1000
+		kcs = kubernetes.NewForConfigOrDie(&cfg)
+		dyn = dynamic.NewForConfigOrDie(&cfg)
+		if kc, err = client.New(&cfg, client.Options{Scheme: kube.Scheme}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// instance is one event-emitter replica: its own limiter (on the shared Redis), writer and
+// gRPC server.
+type instance struct {
+	e      *Emitter
+	lim    *limiter.Limiter
+	client pb.EventEmitterClient
+}
+
+func startInstance(t testing.TB, name string, cfg Config, lcfg limiter.Config) *instance {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
+		WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond, MaxRetries: -1, PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() })
+	if lcfg.ProbeInterval == 0 {
+		lcfg.ProbeInterval = 200 * time.Millisecond
+	}
+	lim, err := limiter.New(rdb, lcfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lim.Load(context.Background())
+	cfg.DefaultInstance = name
+	e := New(kcs, dyn, lim, NewMetrics(nil), cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	srv := grpcx.NewServer(prometheus.NewRegistry())
+	pb.RegisterEventEmitterServer(srv, NewServer(e))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &instance{e: e, lim: lim, client: pb.NewEventEmitterClient(conn)}
+}
+
+func namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ev-"}}
+	if err := kc.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func agentRun(t testing.TB, ns, name string, secrets ...string) *agentsv1alpha1.AgentRun {
+	t.Helper()
+	run := &agentsv1alpha1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"},
+			Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}, Secrets: secrets},
+	}
+	if err := kc.Create(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func ref(run *agentsv1alpha1.AgentRun) *pb.EventObject {
+	return &pb.EventObject{ApiVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Namespace: run.Namespace, Name: run.Name, Uid: string(run.UID)}
+}
+
+func warning(run *agentsv1alpha1.AgentRun, reason, note string) *pb.EmitRequest {
+	return &pb.EmitRequest{Object: ref(run), Type: "Warning", Reason: reason, Note: note, Action: "CreateJob", ReportingController: "agentplane.proompteng.ai/run-controller"}
+}
+
+// occurrences counts, through the API, how many times events were recorded about an object:
+// one per Event, or its series count.
+func occurrences(t testing.TB, ns string) map[string]int {
+	t.Helper()
+	list, err := kcs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, ev := range list.Items {
+		n := 1
+		if ev.Series != nil {
+			n = int(ev.Series.Count)
+		} else if ev.DeprecatedCount > 1 {
+			n = int(ev.DeprecatedCount)
+		}
+		out[ev.Regarding.Name] += n
+	}
+	return out
+}
+
+func eventually(t testing.TB, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+func TestWarningShowsInDescribeAndRepeatsBecomeASeries(t *testing.T) {
+	in := startInstance(t, "replica-a", Config{Enabled: true}, limiter.Config{PerMinute: 600, Burst: 10})
+	ns := namespace(t)
+	run := agentRun(t, ns, "bad-spec")
+	ctx := context.Background()
+	for i, want := range []pb.EmitOutcome{pb.EmitOutcome_EMIT_OUTCOME_EMITTED, pb.EmitOutcome_EMIT_OUTCOME_COUNTED, pb.EmitOutcome_EMIT_OUTCOME_COUNTED} {
+		resp, err := in.client.Emit(ctx, warning(run, "InvalidSpec", "spec.runtime.config.image is required"))
+		if err != nil || resp.GetOutcome() != want {
+			t.Fatalf("emit %d: %v %v, want %v", i, resp, err, want)
+		}
+	}
+	if in.e.API() != APIEventsV1 {
+		t.Fatalf("API = %q: the API server serves events.k8s.io/v1", in.e.API())
+	}
+	eventually(t, "one event with a series of 3", func() error {
+		list, err := kcs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 || list.Items[0].Series == nil || list.Items[0].Series.Count != 3 {
+			return fmt.Errorf("events = %d, first %+v", len(list.Items), list.Items)
+		}
+		ev := list.Items[0]
+		if ev.Reason != "InvalidSpec" || ev.Type != "Warning" || ev.Regarding.UID != run.UID || ev.ReportingController != "agentplane.proompteng.ai/run-controller" {
+			return fmt.Errorf("event = %+v", ev)
+		}
+		return nil
+	})
+	out, errOut, err := env.RunKubectl(ctx, "-n", ns, "describe", "agentrun", "bad-spec")
+	if err != nil {
+		t.Fatalf("describe: %v %s", err, errOut)
+	}
+	events := out[strings.Index(out, "Events:"):]
+	if !strings.Contains(events, "Warning") || !strings.Contains(events, "InvalidSpec") || !strings.Contains(events, "spec.runtime.config.image is required") {
+		t.Fatalf("kubectl describe does not show the warning:\n%s", out)
+	}
+}
+
+func TestCoreV1EventsWhenForced(t *testing.T) {
+	in := startInstance(t, "replica-core", Config{Enabled: true, API: APICoreV1}, limiter.Config{PerMinute: 600, Burst: 10})
+	ns := namespace(t)
+	run := agentRun(t, ns, "core")
+	for i := 0; i < 2; i++ {
+		if _, err := in.client.Emit(context.Background(), warning(run, "MissingSecret", `secret "github-token" not found`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "one core/v1 event with count 2", func() error {
+		list, err := kcs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 || list.Items[0].Count != 2 || list.Items[0].InvolvedObject.Name != "core" || list.Items[0].Reason != "MissingSecret" {
+			return fmt.Errorf("events = %+v", list.Items)
+		}
+		return nil
+	})
+}
+
+func TestDisabledEmitsNothing(t *testing.T) {
+	in := startInstance(t, "replica-off", Config{Enabled: false}, limiter.Config{PerMinute: 600, Burst: 10})
+	ns := namespace(t)
+	run := agentRun(t, ns, "quiet")
+	resp, err := in.client.Emit(context.Background(), warning(run, "Forbidden", "image not allowed"))
+	if err != nil || resp.GetOutcome() != pb.EmitOutcome_EMIT_OUTCOME_DISABLED {
+		t.Fatalf("emit = %v %v", resp, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := occurrences(t, ns)["quiet"]; n != 0 {
+		t.Fatalf("%d events written while disabled", n)
+	}
+}
+
+func TestNoSecretReachesAnEvent(t *testing.T) {
+	in := startInstance(t, "replica-s", Config{Enabled: true}, limiter.Config{PerMinute: 600, Burst: 10})
+	ns := namespace(t)
+	if err := kc.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vcs"},
+		StringData: map[string]string{"token": "plain-looking-value-42"}}); err != nil {
+		t.Fatal(err)
+	}
+	run := agentRun(t, ns, "leaky", "vcs")
+	note := "push failed for plain-looking-value-42 using Authorization: Bearer abc.def.ghi and password=hunter22 " + strings.Repeat("x", 2000)
+	if _, err := in.client.Emit(context.Background(), warning(run, "Forbidden", note)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "sanitized event", func() error {
+		list, err := kcs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return fmt.Errorf("events: %v %d", err, len(list.Items))
+		}
+		n := list.Items[0].Note
+		for _, secret := range []string{"plain-looking-value-42", "abc.def.ghi", "hunter22"} {
+			if strings.Contains(n, secret) {
+				t.Fatalf("secret %q reached the event: %q", secret, n[:200])
+			}
+		}
+		if len(n) > 1024 {
+			t.Fatalf("note is %d bytes, over the API's 1024", len(n))
+		}
+		return nil
+	})
+}
+
+func TestBadRequestsAreRefused(t *testing.T) {
+	in := startInstance(t, "replica-bad", Config{Enabled: true}, limiter.Config{PerMinute: 600, Burst: 10})
+	ns := namespace(t)
+	run := agentRun(t, ns, "x")
+	for _, req := range []*pb.EmitRequest{
+		warning(run, "SomethingBroke", "n"),
+		{Object: ref(run), Type: "Error", Reason: "InvalidSpec"},
+		{Object: &pb.EventObject{Kind: "AgentRun"}, Type: "Warning", Reason: "InvalidSpec"},
+	} {
+		_, err := in.client.Emit(context.Background(), req)
+		if grpcstatus.Code(err) != codes.InvalidArgument {
+			t.Fatalf("emit %v: %v, want InvalidArgument", req, err)
+		}
+	}
+}
+
+// TestStormStaysWithinTheBucket sends 10,000 failures about 50 objects through 4 replicas sharing
+// Redis. Counted through the API, no object gets more events than the shared bucket allows:
+// burst + rate x elapsed.
+func TestStormStaysWithinTheBucket(t *testing.T) { storm(t, false) }
+
+// TestStormWithRedisOutageStaysBounded stops Redis for a second in the middle of the same storm:
+// each replica falls back to its own bucket, so the bound grows by one bucket per replica for
+// the outage, and no more.
+func TestStormWithRedisOutageStaysBounded(t *testing.T) { storm(t, true) }
+
+func storm(t *testing.T, outage bool) {
+	const (
+		replicas, objects, failures = 4, 50, 10000
+		burst, perMin               = 5, 60
+	)
+	prefix := fmt.Sprintf("storm:%d", time.Now().UnixNano())
+	var inst []*instance
+	for i := 0; i < replicas; i++ {
+		inst = append(inst, startInstance(t, fmt.Sprintf("replica-%d", i), Config{Enabled: true, QueueSize: 5000},
+			limiter.Config{PerMinute: perMin, Burst: burst, Prefix: prefix}))
+	}
+	ns := namespace(t)
+	var runs []*agentsv1alpha1.AgentRun
+	for i := 0; i < objects; i++ {
+		runs = append(runs, agentRun(t, ns, fmt.Sprintf("storm-%02d", i)))
+	}
+	start := time.Now()
+	var degradedFor time.Duration
+	var once sync.Once
+	var wg sync.WaitGroup
+	sent := make(chan int, failures)
+	for r := 0; r < replicas; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := r; i < failures; i += replicas {
+				run := runs[i%objects]
+				_, _, err := inst[r].e.Emit(context.Background(), Event{
+					Regarding: corev1.ObjectReference{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Namespace: ns, Name: run.Name, UID: run.UID},
+					Type:      "Warning", Reason: "InvalidSpec", Note: fmt.Sprintf("attempt %d failed", i), Action: "CreateJob",
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				sent <- i
+				if outage && r == 0 && i > failures/3 {
+					once.Do(func() {
+						down := time.Now()
+						_ = rds.Stop()
+						time.Sleep(time.Second)
+						_ = rds.Start()
+						degradedFor = time.Since(down)
+					})
+				}
+				time.Sleep(time.Millisecond) // spread the storm over a few seconds
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(sent) != failures {
+		t.Fatalf("sent %d of %d", len(sent), failures)
+	}
+	if outage {
+		if degradedFor == 0 {
+			t.Fatal("Redis was never stopped")
+		}
+		for i, in := range inst {
+			deadline := time.Now().Add(5 * time.Second)
+			for in.lim.Degraded() && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if in.lim.Degraded() {
+				t.Errorf("replica %d still degraded after Redis came back", i)
+			}
+		}
+	}
+	// Wait for the writers to drain, then count.
+	var counts map[string]int
+	eventually(t, "writers drained", func() error {
+		before := occurrences(t, ns)
+		time.Sleep(700 * time.Millisecond)
+		counts = occurrences(t, ns)
+		for k, v := range counts {
+			if before[k] != v {
+				return fmt.Errorf("still writing")
+			}
+		}
+		return nil
+	})
+	rate := float64(perMin) / 60
+	bound := float64(burst) + rate*elapsed.Seconds()
+	if outage {
+		bound += replicas * (float64(burst) + rate*degradedFor.Seconds())
+	}
+	total, max := 0, 0
+	for _, run := range runs {
+		n := counts[run.Name]
+		total += n
+		if n > max {
+			max = n
+		}
+		if float64(n) > bound {
+			t.Errorf("%s got %d events, more than the bound %.1f", run.Name, n, bound)
+		}
+		if n == 0 {
+			t.Errorf("%s got no event at all", run.Name)
+		}
+	}
+	t.Logf("%d failures over %s (Redis down %s): %d events recorded, at most %d per object (bound %.1f)",
+		failures, elapsed.Round(time.Millisecond), degradedFor.Round(time.Millisecond), total, max, bound)
+}

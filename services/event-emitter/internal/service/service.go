@@ -1,0 +1,130 @@
+// Package service wires event-emitter into the common service runner.
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/kube"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+	"github.com/agentplane/agentplane/services/event-emitter/internal/emitter"
+	"github.com/agentplane/agentplane/services/event-emitter/internal/limiter"
+)
+
+// RedisHealthService is the grpc.health.v1 name that is NOT_SERVING while Redis is unreachable
+// and decisions fall back to in-process buckets (the service itself stays SERVING).
+const RedisHealthService = "agentplane.v1.EventEmitter/redis"
+
+// Config is event-emitter's own configuration (the seed's Config Mapping).
+type Config struct {
+	Enabled         bool
+	PerMinute       int
+	Burst           int
+	TransientWindow time.Duration
+	API             string
+	RedisURL        string
+	RedisPassword   string
+	RedisTimeout    time.Duration
+}
+
+// LoadConfig reads JANGAR_CONTROLLER_EVENTS_* and JANGAR_REDIS_*.
+func LoadConfig(env *config.Env) (Config, error) {
+	c := Config{
+		Enabled:         env.Bool("JANGAR_CONTROLLER_EVENTS_ENABLED", true),
+		PerMinute:       env.Int("JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN", 10),
+		Burst:           env.Int("JANGAR_CONTROLLER_EVENTS_BURST", 5),
+		TransientWindow: env.Duration("JANGAR_CONTROLLER_EVENTS_TRANSIENT_WINDOW", 5*time.Minute),
+		API:             env.String("JANGAR_CONTROLLER_EVENTS_API", string(emitter.APIAuto)),
+		RedisURL:        env.String("JANGAR_REDIS_URL", "redis://127.0.0.1:6379/0"),
+		RedisPassword:   env.Secret("JANGAR_REDIS_PASSWORD"),
+		RedisTimeout:    env.Duration("JANGAR_REDIS_TIMEOUT", 100*time.Millisecond),
+	}
+	if err := env.Err(); err != nil {
+		return c, err
+	}
+	if c.PerMinute < 1 || c.Burst < 1 {
+		return c, fmt.Errorf("JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN (%d) and JANGAR_CONTROLLER_EVENTS_BURST (%d) must be at least 1", c.PerMinute, c.Burst)
+	}
+	switch emitter.API(c.API) {
+	case emitter.APIAuto, emitter.APIEventsV1, emitter.APICoreV1:
+	default:
+		return c, fmt.Errorf("JANGAR_CONTROLLER_EVENTS_API=%q must be auto, events.k8s.io/v1 or v1", c.API)
+	}
+	return c, nil
+}
+
+// RedisClient builds the client from the URL (no password in it) and the password variable;
+// errors never repeat the URL, which could hold credentials.
+func RedisClient(c Config) (*redis.Client, error) {
+	opts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("JANGAR_REDIS_URL is not a redis:// URL (redis://host:port/db)")
+	}
+	if c.RedisPassword != "" {
+		opts.Password = c.RedisPassword
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = c.RedisTimeout, c.RedisTimeout, c.RedisTimeout
+	opts.PoolTimeout = c.RedisTimeout
+	opts.MaxRetries = -1 // a failed decision falls back at once; the probe brings Redis back
+	opts.PoolSize = 64
+	return redis.NewClient(opts), nil
+}
+
+// Setup registers the EventEmitter gRPC service and its writer.
+func Setup(ctx context.Context, rt *app.Runtime) error {
+	c, err := LoadConfig(config.FromOS())
+	if err != nil {
+		return err
+	}
+	cfg, err := kube.ForService(rt.Config)
+	if err != nil {
+		return err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	rdb, err := RedisClient(c)
+	if err != nil {
+		return err
+	}
+	m := emitter.NewMetrics(rt.Registry)
+	lim, err := limiter.New(rdb, limiter.Config{PerMinute: float64(c.PerMinute), Burst: c.Burst, TransientWindow: c.TransientWindow},
+		func(degraded bool) {
+			rt.SetServing(RedisHealthService, !degraded)
+			if degraded {
+				m.Fallback.Set(1)
+				rt.Logger.Warn("redis unreachable: rate limiting in-process until it returns")
+			} else {
+				m.Fallback.Set(0)
+				rt.Logger.Info("redis reachable again: rate limiting shared across replicas")
+			}
+		},
+		func(d time.Duration) { m.RedisSeconds.Observe(d.Seconds()) })
+	if err != nil {
+		return err
+	}
+	rt.SetServing(RedisHealthService, true)
+	if err := lim.Load(ctx); err != nil {
+		rt.Logger.Warn("redis unreachable at start: rate limiting in-process until it returns")
+	}
+	e := emitter.New(kc, dyn, lim, m, emitter.Config{
+		Enabled: c.Enabled, API: emitter.API(c.API), DefaultInstance: rt.Config.Identity,
+	})
+	pb.RegisterEventEmitterServer(rt.GRPC, emitter.NewServer(e))
+	rt.SetServing(pb.EventEmitter_ServiceDesc.ServiceName, true)
+	rt.Go("event writer", e.Run)
+	rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
+	return nil
+}
