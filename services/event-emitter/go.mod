@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/agentplane/agentplane/libs v0.0.0
 	github.com/agentplane/agentplane/proto v0.0.0
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0

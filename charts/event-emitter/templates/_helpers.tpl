@@ -132,8 +132,11 @@ with rbac.clusterScoped).
   resources: ["events"]
   verbs: ["create", "patch", "get", "list"]
 # Read the Secrets an object references only to redact their values from Event messages;
-# Secret contents never leave the process.
+# Secret contents never leave the process. The AgentRun is read to learn which Secrets it names.
 - apiGroups: [""]
   resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agentruns"]
   verbs: ["get"]
 {{- end }}

@@ -114,8 +114,8 @@ func (l *Limiter) Allow(ctx context.Context, object, reason string, transient bo
 		return l.local.allow(object, reason, transient, l.cfg.TransientWindow, time.Now())
 	}
 	// Hash tags keep both keys in one Redis Cluster slot.
-	bucket := fmt.Sprintf("%s:{%s}:bucket", l.cfg.Prefix, object)
-	first := fmt.Sprintf("%s:{%s}:first:%s", l.cfg.Prefix, object, reason)
+	tag := l.cfg.Prefix + ":{" + object + "}"
+	bucket, first := tag+":bucket", tag+":first:"+reason
 	t := "0"
 	if transient {
 		t = "1"
