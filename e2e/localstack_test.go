@@ -110,6 +110,35 @@ func TestLocalControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("event-emitter records a Warning that kubectl describe shows", func(t *testing.T) {
+		uid, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.metadata.uid}")
+		if err != nil {
+			t.Fatalf("uid: %v %s", err, uid)
+		}
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", servicePorts["event-emitter"][0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		resp, err := pb.NewEventEmitterClient(conn).Emit(ctx, &pb.EmitRequest{
+			Object: &pb.EventObject{ApiVersion: "agents.proompteng.ai/v1alpha1", Kind: "AgentRun", Namespace: "agents", Name: "hello", Uid: uid},
+			Type:   "Warning", Reason: "MissingSecret", Note: `secret "github-token" not found (token=abc123secret)`, Action: "CreateJob",
+		})
+		if err != nil || resp.GetOutcome() != pb.EmitOutcome_EMIT_OUTCOME_EMITTED || resp.GetDegraded() {
+			t.Fatalf("emit: %v %v", resp, err)
+		}
+		eventually(t, 30*time.Second, "warning in kubectl describe", func() error {
+			out, err := kubectl("describe", "agentrun", "hello")
+			if err != nil || !strings.Contains(out, "MissingSecret") || !strings.Contains(out, "Warning") {
+				return errorf("describe: %v\n%s", err, out)
+			}
+			if strings.Contains(out, "abc123secret") {
+				t.Fatalf("a secret reached the event:\n%s", out)
+			}
+			return nil
+		})
+	})
+
 	t.Run("a Job completes and its TTL deletes it", func(t *testing.T) {
 		if out, err := kubectl("apply", "-f", filepath.Join(root, "examples", "job-ttl.yaml")); err != nil {
 			t.Fatalf("apply job: %v\n%s", err, out)
