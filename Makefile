@@ -159,7 +159,7 @@ tidy: ## go mod tidy in every module.
 ##@ Tests
 
 .PHONY: test
-test: deps tools test-unit test-integration test-e2e ## Run every test: unit, integration (real kube-apiserver + Redis) and e2e (local stack + containers).
+test: deps tools test-unit test-integration test-e2e test-fuzz ## Run every test: unit, integration (real kube-apiserver + Redis) and e2e (local stack + containers).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no external parts).
@@ -172,6 +172,14 @@ test-integration: envtest-bin ## Integration tests against a real kube-apiserver
 .PHONY: test-e2e
 test-e2e: tools build ## End-to-end: the local control plane (Jobs complete, TTL deletes them) and service containers via testcontainers.
 	cd e2e && go test -count=1 -tags e2e -timeout 30m -v ./...
+
+.PHONY: test-fuzz
+test-fuzz: ## A short fuzz run of the secret redactor (20s), part of `make test`.
+	@$(MAKE) -s fuzz FUZZTIME=20s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the secret redactor for FUZZTIME (default 60s): a seeded corpus of secrets must never survive.
+	cd libs && go test -run '^$$' -fuzz FuzzRedactNeverLeaksTheCorpus -fuzztime $(or $(FUZZTIME),60s) ./redact/
 
 .PHONY: bench
 bench: ## Benchmarks; each figure is printed as a ratio against a baseline measured in the same run.
