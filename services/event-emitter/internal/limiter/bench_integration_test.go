@@ -62,7 +62,9 @@ func BenchmarkLimiterDecisions(b *testing.B) {
 				})
 			}
 			b.StopTimer()
-			rate := func(p int) float64 { return float64(conc) * float64(b.N*perRound) / time.Duration(spent[p].Load()).Seconds() }
+			rate := func(p int) float64 {
+				return float64(conc) * float64(b.N*perRound) / time.Duration(spent[p].Load()).Seconds()
+			}
 			b.ReportMetric(rate(1), "ours-decisions/s")
 			b.ReportMetric(rate(1)/rate(0), "ours/raw")
 			b.ReportMetric(rate(1)/rate(2), "ours/redis_rate")
