@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agentplane/agentplane/libs/statusclient"
+	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
@@ -216,25 +216,11 @@ func TestLocalControlPlane(t *testing.T) {
 			t.Fatalf("make down: %v\n%s", err, out)
 		}
 		for name, pid := range pids {
-			if running(pid) {
+			if testenv.ProcessRunning(pid) {
 				t.Errorf("%s (pid %d) still running after make down", name, pid)
 			}
 		}
 	})
-}
-
-// running is true for a live process; a zombie waiting to be reaped by its new parent is gone.
-func running(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(fields) > 0 && fields[0] != "Z"
 }
 
 func readPids(t *testing.T, runDir string) map[string]int {

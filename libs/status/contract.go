@@ -23,15 +23,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 )
 
-// Phases shared by the run kinds.
+// The run kinds (AgentRun, OrchestrationRun) share AgentRun's phases.
 const (
-	PhasePending   = "Pending"
-	PhaseRunning   = "Running"
-	PhaseSucceeded = "Succeeded"
-	PhaseFailed    = "Failed"
-	PhaseCancelled = "Cancelled"
+	PhasePending   = agentsv1alpha1.PhasePending
+	PhaseRunning   = agentsv1alpha1.PhaseRunning
+	PhaseSucceeded = agentsv1alpha1.PhaseSucceeded
+	PhaseFailed    = agentsv1alpha1.PhaseFailed
+	PhaseCancelled = agentsv1alpha1.PhaseCancelled
 )
 
 // IsTerminal reports whether phase is final.

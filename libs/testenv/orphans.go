@@ -38,18 +38,34 @@ func reapOrphans(binDir string) {
 }
 
 func parentPID(pid int) int {
+	_, ppid, ok := procStat(pid)
+	if !ok {
+		return -1
+	}
+	return ppid
+}
+
+// ProcessRunning reports whether pid is alive; a zombie (exited, waiting for its parent to reap
+// it) counts as gone.
+func ProcessRunning(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != "Z"
+}
+
+// procStat reads a process's state and parent from /proc/<pid>/stat.
+func procStat(pid int) (state string, ppid int, ok bool) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return -1
+		return "", 0, false
 	}
 	// The command name in field 2 may hold spaces; the fields after its closing parenthesis do not.
 	s := string(b)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(fields) < 2 {
-		return -1
+		return "", 0, false
 	}
-	ppid, _ := strconv.Atoi(fields[1])
-	return ppid
+	ppid, _ = strconv.Atoi(fields[1])
+	return fields[0], ppid, true
 }
 
 func isTestBinary(pid int) bool {

@@ -45,24 +45,13 @@ func TestReapOrphansKillsOnlyOrphans(t *testing.T) {
 
 	reapOrphans(bin)
 	deadline := time.Now().Add(5 * time.Second)
-	for alive(orphan) {
+	for ProcessRunning(orphan) {
 		if time.Now().After(deadline) {
 			t.Fatalf("orphan %d not killed", orphan)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !alive(child.Process.Pid) {
+	if !ProcessRunning(child.Process.Pid) {
 		t.Fatal("the live test's own child was killed")
 	}
-}
-
-// alive treats a zombie (killed, not yet reaped by its new parent) as dead.
-func alive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(fields) > 0 && fields[0] != "Z"
 }
