@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,6 +135,58 @@ func TestLocalControlPlane(t *testing.T) {
 			}
 			if strings.Contains(out, "abc123secret") {
 				t.Fatalf("a secret reached the event:\n%s", out)
+			}
+			return nil
+		})
+	})
+
+	t.Run("event-emitter reports Redis going away and coming back", func(t *testing.T) {
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", servicePorts["event-emitter"][0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		health := healthpb.NewHealthClient(conn)
+		redisHealth := func() healthpb.HealthCheckResponse_ServingStatus {
+			r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "agentplane.v1.EventEmitter/redis"})
+			if err != nil {
+				return healthpb.HealthCheckResponse_UNKNOWN
+			}
+			return r.Status
+		}
+		emit := func() (*pb.EmitResponse, error) {
+			return pb.NewEventEmitterClient(conn).Emit(ctx, &pb.EmitRequest{
+				Object: &pb.EventObject{ApiVersion: "agents.proompteng.ai/v1alpha1", Kind: "AgentRun", Namespace: "agents", Name: "hello"},
+				Type:   "Warning", Reason: "ReconcileError", Note: "api server timeout", Transient: true,
+			})
+		}
+		if got := redisHealth(); got != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("redis health before = %v", got)
+		}
+		pid := readPids(t, filepath.Join(dir, "run"))["redis"]
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 15*time.Second, "event-emitter degraded without Redis", func() error {
+			resp, err := emit()
+			if err != nil {
+				return err
+			}
+			if !resp.GetDegraded() || redisHealth() != healthpb.HealthCheckResponse_NOT_SERVING {
+				return errorf("degraded=%v health=%v", resp.GetDegraded(), redisHealth())
+			}
+			return nil
+		})
+		if out, err := makeLocal("up", dir); err != nil { // brings back only what is missing
+			t.Fatalf("make up to restart redis: %v\n%s", err, out)
+		}
+		eventually(t, 15*time.Second, "event-emitter back on Redis", func() error {
+			resp, err := emit()
+			if err != nil {
+				return err
+			}
+			if resp.GetDegraded() || redisHealth() != healthpb.HealthCheckResponse_SERVING {
+				return errorf("degraded=%v health=%v", resp.GetDegraded(), redisHealth())
 			}
 			return nil
 		})
