@@ -1,0 +1,251 @@
+// Package health is agentplane's one control-plane health model (seed 004), used by
+// watch-gateway and by agentctl's kube mode: the components, how an observation of the cluster
+// maps to each one's status, and the stream of snapshots, deltas and heartbeats with resumable
+// cursors.
+package health
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/agentplane/agentplane/libs/redact"
+)
+
+// Status is a component's health.
+type Status string
+
+const (
+	Healthy    Status = "healthy"
+	Degraded   Status = "degraded"
+	Unknown    Status = "unknown"
+	Error      Status = "error"
+	Configured Status = "configured"
+)
+
+// Item is one component's health, as the seed's status item.
+type Item struct {
+	Component string         `json:"component"`
+	Namespace string         `json:"namespace,omitempty"`
+	Status    Status         `json:"status"`
+	Message   string         `json:"message"`
+	Details   map[string]any `json:"details,omitempty"`
+}
+
+// Components that are not services, in display order; services come between "namespace" and
+// the runtimes, sorted by name, whatever services are deployed.
+const (
+	ComponentNamespace = "namespace"
+	ComponentAPIServer = "kube-apiserver"
+	ComponentCRDs      = "crds"
+	ComponentDatabase  = "database"
+	ComponentGRPC      = "grpc"
+	RuntimeWorkflow    = "runtime:workflow"
+	RuntimeJob         = "runtime:job"
+	RuntimeTemporal    = "runtime:temporal"
+	RuntimeCustom      = "runtime:custom"
+)
+
+// CRDs are the custom resources the control plane needs.
+var CRDs = []string{
+	"agentruns.agents.proompteng.ai",
+	"agents.agents.proompteng.ai",
+	"orchestrationruns.orchestration.proompteng.ai",
+	"orchestrations.orchestration.proompteng.ai",
+}
+
+// Observation is what was seen of the cluster at one moment. Zero values mean "not observed".
+type Observation struct {
+	Namespace      string
+	NamespaceFound *bool
+	APIServerErr   error
+	// CRDsEstablished maps each CRD name found to whether it is Established; nil: not observed.
+	CRDsEstablished map[string]bool
+	Services        []Service
+	// WorkflowCRD is whether Argo's workflows.argoproj.io is installed; nil: not observed.
+	WorkflowCRD *bool
+	// JobAPI is whether batch/v1 Jobs are served; nil: not observed.
+	JobAPI *bool
+	// TemporalAddress is the configured Temporal endpoint, if any.
+	TemporalAddress string
+	// Redis: configured address (empty: not configured) and the last ping's error.
+	RedisAddress string
+	RedisErr     error
+	// GRPCAddress is where the reporting gateway serves gRPC (empty: not serving).
+	GRPCAddress string
+}
+
+// Service is one agentplane service, discovered by its Deployment's part-of label, so a new
+// service appears without code changes.
+type Service struct {
+	Name string
+	// Desired and Ready replicas of its Deployment; Deployment false when none was found
+	// (a service run outside Kubernetes, as `make up` does).
+	Deployment     bool
+	Desired, Ready int32
+	// Health is its grpc.health.v1 status ("" when not watched): SERVING, NOT_SERVING, UNKNOWN,
+	// SERVICE_UNKNOWN, or UNREACHABLE when the stream cannot be opened.
+	Health string
+	// Subsystems maps health service names the service exposes besides its own (for example
+	// agentplane.v1.EventEmitter/redis) to their status.
+	Subsystems map[string]string
+}
+
+// Compute maps an observation to the component list, in display order. Messages are redacted:
+// an error from a client library may carry a credential.
+func Compute(o Observation) []Item {
+	ns := o.Namespace
+	var items []Item
+	add := func(component string, st Status, msg string, details map[string]any) {
+		items = append(items, Item{Component: component, Namespace: ns, Status: st, Message: redact.String(msg), Details: details})
+	}
+
+	switch {
+	case o.NamespaceFound == nil:
+		add(ComponentNamespace, Unknown, "not observed yet", nil)
+	case *o.NamespaceFound:
+		add(ComponentNamespace, Healthy, "", nil)
+	default:
+		add(ComponentNamespace, Error, fmt.Sprintf("namespace %s not found", ns), nil)
+	}
+	if o.APIServerErr != nil {
+		add(ComponentAPIServer, Error, o.APIServerErr.Error(), nil)
+	} else {
+		add(ComponentAPIServer, Healthy, "", nil)
+	}
+	st, msg, details := crdStatus(o.CRDsEstablished)
+	add(ComponentCRDs, st, msg, details)
+
+	services := append([]Service(nil), o.Services...)
+	sort.Slice(services, func(i, j int) bool { return services[i].Name < services[j].Name })
+	for _, s := range services {
+		st, msg := serviceStatus(s)
+		add(s.Name, st, msg, nil)
+	}
+
+	switch {
+	case o.WorkflowCRD == nil:
+		add(RuntimeWorkflow, Unknown, "not observed yet", nil)
+	case *o.WorkflowCRD:
+		add(RuntimeWorkflow, Healthy, "", nil)
+	default:
+		add(RuntimeWorkflow, Unknown, "workflows.argoproj.io is not installed; workflow runs use one Job per step", nil)
+	}
+	switch {
+	case o.JobAPI == nil:
+		add(RuntimeJob, Unknown, "not observed yet", nil)
+	case *o.JobAPI:
+		add(RuntimeJob, Healthy, "", nil)
+	default:
+		add(RuntimeJob, Error, "batch/v1 Jobs are not served", nil)
+	}
+	if o.TemporalAddress != "" {
+		add(RuntimeTemporal, Configured, "temporal configuration resolved", nil)
+	} else {
+		add(RuntimeTemporal, Unknown, "temporal not configured", nil)
+	}
+	add(RuntimeCustom, Unknown, "custom runtime configured per AgentRun", nil)
+	switch {
+	case o.RedisAddress == "":
+		add(ComponentDatabase, Unknown, "redis not configured", nil)
+	case o.RedisErr != nil:
+		add(ComponentDatabase, Degraded, "redis unreachable: "+o.RedisErr.Error(), nil)
+	default:
+		add(ComponentDatabase, Healthy, "", nil)
+	}
+	if o.GRPCAddress != "" {
+		add(ComponentGRPC, Healthy, o.GRPCAddress, nil)
+	} else {
+		add(ComponentGRPC, Unknown, "gRPC not enabled", nil)
+	}
+	return items
+}
+
+func crdStatus(established map[string]bool) (Status, string, map[string]any) {
+	if established == nil {
+		return Unknown, "not observed yet", nil
+	}
+	var missing, pending []string
+	for _, name := range CRDs {
+		ok, found := established[name]
+		switch {
+		case !found:
+			missing = append(missing, name)
+		case !ok:
+			pending = append(pending, name)
+		}
+	}
+	details := map[string]any{"crds_ready": len(missing) == 0 && len(pending) == 0, "missing_crds": toAny(missing)}
+	switch {
+	case len(missing) > 0:
+		return Error, "missing " + strings.Join(missing, ", ") + ": helm install agentplane-crds charts/agentplane-crds", details
+	case len(pending) > 0:
+		return Degraded, "not established yet: " + strings.Join(pending, ", "), details
+	}
+	return Healthy, "", details
+}
+
+func toAny(s []string) []any {
+	out := make([]any, 0, len(s))
+	for _, v := range s {
+		out = append(out, v)
+	}
+	return out
+}
+
+func serviceStatus(s Service) (Status, string) {
+	if s.Deployment && s.Desired > 0 && s.Ready == 0 {
+		return Error, fmt.Sprintf("0/%d replicas ready", s.Desired)
+	}
+	switch s.Health {
+	case "NOT_SERVING":
+		return Error, "not serving"
+	case "UNREACHABLE":
+		if s.Deployment && s.Ready > 0 {
+			return Degraded, "health stream unreachable"
+		}
+		return Error, "unreachable"
+	case "", "UNKNOWN", "SERVICE_UNKNOWN":
+		if !s.Deployment {
+			return Unknown, "no health observed"
+		}
+	}
+	var down []string
+	for name, st := range s.Subsystems {
+		if st != "SERVING" {
+			down = append(down, name)
+		}
+	}
+	sort.Strings(down)
+	if len(down) > 0 {
+		return Degraded, strings.Join(down, ", ") + " not serving"
+	}
+	if s.Deployment && s.Ready < s.Desired {
+		return Degraded, fmt.Sprintf("%d/%d replicas ready", s.Ready, s.Desired)
+	}
+	return Healthy, ""
+}
+
+// Diff returns the items of next that are new or changed since prev, plus, for a component
+// that disappeared, an unknown item saying so.
+func Diff(prev, next []Item) []Item {
+	old := map[string]Item{}
+	for _, it := range prev {
+		old[it.Component] = it
+	}
+	var out []Item
+	seen := map[string]bool{}
+	for _, it := range next {
+		seen[it.Component] = true
+		if p, ok := old[it.Component]; !ok || !reflect.DeepEqual(p, it) {
+			out = append(out, it)
+		}
+	}
+	for _, it := range prev {
+		if !seen[it.Component] {
+			out = append(out, Item{Component: it.Component, Namespace: it.Namespace, Status: Unknown, Message: "no longer reported"})
+		}
+	}
+	return out
+}

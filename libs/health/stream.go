@@ -1,0 +1,195 @@
+package health
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// EventType is one of the seed's stream events.
+type EventType string
+
+const (
+	Snapshot  EventType = "snapshot"
+	Delta     EventType = "delta"
+	Heartbeat EventType = "heartbeat"
+	ErrorEv   EventType = "error"
+)
+
+// Event is one stream event. Items holds the full list for a snapshot and the changed items for
+// a delta; the seed's NDJSON calls the latter "changes".
+type Event struct {
+	Type        EventType `json:"type"`
+	GeneratedAt time.Time `json:"generated_at"`
+	Items       []Item    `json:"items,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	Cursor      string    `json:"cursor,omitempty"`
+}
+
+// Hub keeps the current status, a bounded window of recent deltas, and the subscribers. A client
+// resuming with a cursor inside the window gets exactly the deltas it missed; any other cursor
+// (expired, from another gateway process, malformed) gets a fresh snapshot.
+type Hub struct {
+	mu      sync.Mutex
+	epoch   string
+	seq     uint64
+	current []Item
+	window  []Event // deltas, oldest first, at most cap
+	cap     int
+	subs    map[*Subscription]struct{}
+	buffer  int
+	now     func() time.Time
+	// OnDispatch, when set, is told how long a delta took from generation to hand-off to each
+	// subscriber.
+	OnDispatch func(time.Duration)
+}
+
+// NewHub keeps the last window deltas; each subscriber may fall buffer events behind before it
+// is cut off (it then resumes with its cursor and catches up).
+func NewHub(window, buffer int) *Hub {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return &Hub{epoch: hex.EncodeToString(b), cap: window, buffer: buffer, subs: map[*Subscription]struct{}{}, now: time.Now}
+}
+
+// Cursor is the opaque cursor of position seq.
+func (h *Hub) cursor(seq uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + h.epoch + ":" + strconv.FormatUint(seq, 10)))
+}
+
+// parseCursor returns the position of a cursor this hub issued, or false.
+func (h *Hub) parseCursor(c string) (uint64, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, false
+	}
+	parts := strings.Split(string(raw), ":")
+	if len(parts) != 3 || parts[0] != "v1" || parts[1] != h.epoch {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(parts[2], 10, 64)
+	return seq, err == nil
+}
+
+// Update replaces the current status; when something changed it records a delta and sends it to
+// every subscriber. It returns the delta, if any.
+func (h *Hub) Update(items []Item) (Event, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	changes := Diff(h.current, items)
+	h.current = append([]Item(nil), items...)
+	if len(changes) == 0 {
+		return Event{}, false
+	}
+	h.seq++
+	ev := Event{Type: Delta, GeneratedAt: h.now().UTC(), Items: changes, Cursor: h.cursor(h.seq)}
+	h.window = append(h.window, ev)
+	if len(h.window) > h.cap {
+		h.window = h.window[len(h.window)-h.cap:]
+	}
+	for s := range h.subs {
+		s.send(ev, h)
+	}
+	return ev, true
+}
+
+// Current returns a snapshot event of the current status.
+func (h *Hub) Current() Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.snapshotLocked()
+}
+
+func (h *Hub) snapshotLocked() Event {
+	return Event{Type: Snapshot, GeneratedAt: h.now().UTC(), Items: append([]Item(nil), h.current...), Cursor: h.cursor(h.seq)}
+}
+
+// HeartbeatEvent is a heartbeat carrying the latest cursor.
+func (h *Hub) HeartbeatEvent() Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Event{Type: Heartbeat, GeneratedAt: h.now().UTC(), Cursor: h.cursor(h.seq)}
+}
+
+// Subscribers is the number of open subscriptions.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Subscription receives the live deltas of one client.
+type Subscription struct {
+	ch     chan Event
+	closed bool
+	// Lagged is closed when the subscriber fell too far behind and was cut off.
+	lagged chan struct{}
+	hub    *Hub
+}
+
+// Subscribe starts a subscription. The returned events come first: the deltas after cursor when
+// the window still holds them, else a snapshot (none when followOnly and no cursor was given).
+func (h *Hub) Subscribe(cursor string, followOnly bool) ([]Event, *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := &Subscription{ch: make(chan Event, h.buffer), lagged: make(chan struct{}), hub: h}
+	h.subs[s] = struct{}{}
+	if cursor != "" {
+		if seq, ok := h.parseCursor(cursor); ok && seq <= h.seq {
+			oldest := h.seq - uint64(len(h.window)) // the window holds seq oldest+1 .. h.seq
+			if seq >= oldest {
+				var missed []Event
+				for _, ev := range h.window {
+					if n, _ := h.parseCursor(ev.Cursor); n > seq {
+						missed = append(missed, ev)
+					}
+				}
+				return missed, s
+			}
+		}
+		return []Event{h.snapshotLocked()}, s
+	}
+	if followOnly {
+		return nil, s
+	}
+	return []Event{h.snapshotLocked()}, s
+}
+
+// send hands ev to the subscriber without ever blocking the hub; called with h.mu held.
+func (s *Subscription) send(ev Event, h *Hub) {
+	if s.closed {
+		return
+	}
+	select {
+	case s.ch <- ev:
+		if h.OnDispatch != nil {
+			h.OnDispatch(h.now().Sub(ev.GeneratedAt))
+		}
+	default:
+		s.closed = true
+		close(s.lagged)
+		delete(h.subs, s)
+	}
+}
+
+// Events delivers live deltas.
+func (s *Subscription) Events() <-chan Event { return s.ch }
+
+// Lagged is closed when the subscription was cut off for falling behind.
+func (s *Subscription) Lagged() <-chan struct{} { return s.lagged }
+
+// Close ends the subscription.
+func (s *Subscription) Close() {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	delete(s.hub.subs, s)
+	s.closed = true
+}
+
+// String is for logs.
+func (e Event) String() string { return fmt.Sprintf("%s(%d items)", e.Type, len(e.Items)) }
