@@ -37,8 +37,9 @@ func TestServiceImages(t *testing.T) {
 			ctx := context.Background()
 			grpcPort, err1 := testenv.FreePort()
 			metricsPort, err2 := testenv.FreePort()
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
+			httpPort, err3 := testenv.FreePort()
+			if err1 != nil || err2 != nil || err3 != nil {
+				t.Fatal(err1, err2, err3)
 			}
 			c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 				ContainerRequest: testcontainers.ContainerRequest{
@@ -47,6 +48,7 @@ func TestServiceImages(t *testing.T) {
 						"JANGAR_GRPC_HOST": "127.0.0.1", "JANGAR_GRPC_PORT": strconv.Itoa(grpcPort),
 						"JANGAR_METRICS_ADDR":     "127.0.0.1:" + strconv.Itoa(metricsPort),
 						"JANGAR_SHUTDOWN_TIMEOUT": "10s", "KUBECONFIG": "/etc/agentplane/kubeconfig",
+						"JANGAR_HTTP_ADDR": "127.0.0.1:" + strconv.Itoa(httpPort),
 					},
 					Files:              []testcontainers.ContainerFile{{HostFilePath: kube.Kubeconfig, ContainerFilePath: "/etc/agentplane/kubeconfig", FileMode: 0o444}},
 					HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
@@ -57,6 +59,14 @@ func TestServiceImages(t *testing.T) {
 			if err != nil {
 				t.Fatalf("start %s: %v", svc, err)
 			}
+			defer func() {
+				if t.Failed() {
+					if logs, err := c.Logs(ctx); err == nil {
+						b, _ := io.ReadAll(logs)
+						t.Logf("%s logs:\n%s", svc, b)
+					}
+				}
+			}()
 			eventually(t, 60*time.Second, svc+" /readyz", func() error {
 				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", metricsPort))
 				if err != nil {

@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -235,6 +237,45 @@ func TestLocalControlPlane(t *testing.T) {
 				t.Errorf("%s grpc health: %v %v", name, hr, err)
 			}
 		}
+	})
+
+	t.Run("watch-gateway streams every component's health", func(t *testing.T) {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(sctx, http.MethodGet,
+			fmt.Sprintf("http://127.0.0.1:%d/api/agents/control-plane/status/stream?format=ndjson&heartbeat=1s", 8101+offset), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		state := map[string]string{}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		want := []string{"namespace", "kube-apiserver", "crds", "database", "runtime:job", "status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
+		for sc.Scan() {
+			var ev struct {
+				Type    string `json:"type"`
+				Items   []struct{ Component, Status string }
+				Changes []struct{ Component, Status string }
+			}
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Fatalf("not one JSON object per line: %q", sc.Text())
+			}
+			for _, it := range append(ev.Items, ev.Changes...) {
+				state[it.Component] = it.Status
+			}
+			healthy := 0
+			for _, c := range want {
+				if state[c] == "healthy" {
+					healthy++
+				}
+			}
+			if healthy == len(want) {
+				return
+			}
+		}
+		t.Fatalf("stream ended before every component was healthy: %v", state)
 	})
 
 	t.Run("make up again is harmless", func(t *testing.T) {

@@ -167,8 +167,11 @@ echo ">> redis and services"
 start redis "$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$LOCAL_DIR"
 wait_for redis 15 port_taken "$REDIS_PORT"
 
+# watch-gateway follows every service's grpc.health.v1 (no Deployments to discover them by here).
+targets=$(echo "$SERVICE_TABLE" | awk '{printf "%s%s=127.0.0.1:%s", (NR>1?",":""), $1, $2}')
 while read -r svc grpc_port metrics_port; do
   start "$svc" "$grpc_port" env KUBECONFIG="$KUBECONFIG_FILE" POD_NAMESPACE="$NAMESPACE" \
+    JANGAR_HTTP_ADDR="127.0.0.1:$WATCH_HTTP_PORT" JANGAR_WATCH_TARGETS="$targets" \
     JANGAR_AGENTS_CONTROLLER_NAMESPACES="$NAMESPACE" JANGAR_GRPC_HOST=127.0.0.1 JANGAR_GRPC_PORT="$grpc_port" \
     JANGAR_METRICS_ADDR="127.0.0.1:$metrics_port" JANGAR_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
     "$SERVICES_BIN/$svc"
@@ -187,5 +190,6 @@ agentplane is up (state in $LOCAL_DIR).
   agentctl version
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
+Control-plane health stream: curl -N http://127.0.0.1:$WATCH_HTTP_PORT/api/agents/control-plane/status/stream
 Logs are in $LOG_DIR; 'make down' stops everything.
 EOF

@@ -1,11 +1,15 @@
-// Command watch-gateway streams control-plane health over SSE and gRPC (seed 004).
+// Command watch-gateway streams control-plane health (seed 004): HTTP SSE at
+// GET /api/agents/control-plane/status/stream and gRPC AgentctlService.WatchControlPlaneStatus.
 //
-// Configuration comes from the environment (JANGAR_GRPC_HOST, JANGAR_GRPC_PORT,
-// JANGAR_METRICS_ADDR, KUBECONFIG, OTEL_*); see docs/architecture.md.
+// Configuration: JANGAR_HTTP_ADDR, JANGAR_WATCH_HEARTBEAT, JANGAR_WATCH_DEBOUNCE,
+// JANGAR_WATCH_TARGETS, JANGAR_REDIS_URL and the common JANGAR_GRPC_*, KUBECONFIG, OTEL_*.
 package main
 
-import "github.com/agentplane/agentplane/libs/app"
+import (
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/service"
+)
 
 func main() {
-	app.Main("watch-gateway", 50051, 9101, nil)
+	app.Main("watch-gateway", 50051, 9101, service.Setup)
 }

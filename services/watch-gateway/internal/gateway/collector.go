@@ -1,0 +1,388 @@
+// Package gateway is watch-gateway: it learns control-plane changes from Kubernetes watches and
+// from each service's grpc.health.v1 Watch stream (push, not poll), folds them into the health
+// model of libs/health after a debounce window, and streams snapshots, deltas and heartbeats over
+// SSE and gRPC.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
+	"github.com/agentplane/agentplane/libs/health"
+	"github.com/agentplane/agentplane/libs/logging"
+)
+
+// PartOfSelector finds agentplane's Deployments: a new service appears by carrying the label.
+const PartOfSelector = "app.kubernetes.io/part-of=agentplane"
+
+// Options configure a Collector.
+type Options struct {
+	Namespace string
+	// Targets maps service names to their gRPC address, for services run outside Kubernetes
+	// (`make up`) or to override the in-cluster <name>.<namespace>.svc:<port>.
+	Targets map[string]string
+	// ServicePort is the gRPC port of services found through their Deployment.
+	ServicePort string
+	// Debounce is how long changes settle before one recomputation.
+	Debounce        time.Duration
+	RedisAddress    string
+	Redis           redis.UniversalClient
+	RedisInterval   time.Duration
+	TemporalAddress string
+	GRPCAddress     string
+}
+
+// Collector keeps the latest Observation and feeds the hub.
+type Collector struct {
+	o   Options
+	kc  kubernetes.Interface
+	dyn dynamic.Interface
+	hub *health.Hub
+
+	mu      sync.Mutex
+	obs     health.Observation
+	deploys map[string]appsv1.Deployment
+	svc     map[string]*svcHealth
+	watched map[string]context.CancelFunc
+	changed chan struct{}
+}
+
+type svcHealth struct {
+	status     string
+	subsystems map[string]string
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// NewCollector returns a collector feeding hub.
+func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *health.Hub, o Options) *Collector {
+	if o.Debounce <= 0 {
+		o.Debounce = 500 * time.Millisecond
+	}
+	if o.RedisInterval <= 0 {
+		o.RedisInterval = 2 * time.Second
+	}
+	if o.ServicePort == "" {
+		o.ServicePort = "50051"
+	}
+	c := &Collector{o: o, kc: kc, dyn: dyn, hub: hub, deploys: map[string]appsv1.Deployment{}, svc: map[string]*svcHealth{},
+		watched: map[string]context.CancelFunc{}, changed: make(chan struct{}, 1)}
+	c.obs = health.Observation{Namespace: o.Namespace, RedisAddress: o.RedisAddress, TemporalAddress: o.TemporalAddress, GRPCAddress: o.GRPCAddress}
+	return c
+}
+
+func (c *Collector) poke() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Collector) edit(f func(o *health.Observation)) {
+	c.mu.Lock()
+	f(&c.obs)
+	c.mu.Unlock()
+	c.poke()
+}
+
+// Run watches until ctx ends.
+func (c *Collector) Run(ctx context.Context) error {
+	log := logging.FromContext(ctx)
+	watchErr := func(_ *cache.Reflector, err error) {
+		if !errors.Is(err, context.Canceled) {
+			c.edit(func(o *health.Observation) { o.APIServerErr = err })
+		}
+	}
+	ok := func() { c.edit(func(o *health.Observation) { o.APIServerErr = nil }) }
+
+	// The namespace itself.
+	nsInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.o.Namespace).String()
+	})).Core().V1().Namespaces().Informer()
+	_ = nsInf.SetWatchErrorHandler(watchErr)
+	_, _ = nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { found := true; ok(); c.edit(func(o *health.Observation) { o.NamespaceFound = &found }) },
+		UpdateFunc: func(any, any) { ok() },
+		DeleteFunc: func(any) { found := false; c.edit(func(o *health.Observation) { o.NamespaceFound = &found }) },
+	})
+
+	// agentplane's Deployments.
+	depInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithNamespace(c.o.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = PartOfSelector })).Apps().V1().Deployments().Informer()
+	_ = depInf.SetWatchErrorHandler(watchErr)
+	onDep := func(obj any) {
+		if d, isDep := obj.(*appsv1.Deployment); isDep {
+			c.mu.Lock()
+			c.deploys[serviceName(d)] = *d
+			c.mu.Unlock()
+			c.ensureWatch(ctx, serviceName(d))
+			ok()
+		}
+	}
+	_, _ = depInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onDep, UpdateFunc: func(_, n any) { onDep(n) },
+		DeleteFunc: func(obj any) {
+			if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+				obj = t.Obj
+			}
+			if d, isDep := obj.(*appsv1.Deployment); isDep {
+				c.mu.Lock()
+				delete(c.deploys, serviceName(d))
+				c.mu.Unlock()
+				c.poke()
+			}
+		},
+	})
+
+	// CRDs: agentplane's, and Argo's Workflow for runtime:workflow.
+	crdInf := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0).ForResource(crdGVR).Informer()
+	_ = crdInf.SetWatchErrorHandler(watchErr)
+	recomputeCRDs := func(any) {
+		est := map[string]bool{}
+		workflow := false
+		for _, obj := range crdInf.GetStore().List() {
+			u, isU := obj.(*unstructured.Unstructured)
+			if !isU {
+				continue
+			}
+			if u.GetName() == "workflows.argoproj.io" {
+				workflow = true
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			established := false
+			for _, cnd := range conds {
+				if m, isMap := cnd.(map[string]any); isMap && m["type"] == "Established" && m["status"] == "True" {
+					established = true
+				}
+			}
+			est[u.GetName()] = established
+		}
+		ok()
+		c.edit(func(o *health.Observation) { o.CRDsEstablished = est; o.WorkflowCRD = &workflow })
+	}
+	_, _ = crdInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: recomputeCRDs, UpdateFunc: func(_, n any) { recomputeCRDs(n) }, DeleteFunc: recomputeCRDs})
+
+	for name := range c.o.Targets {
+		c.ensureWatch(ctx, name)
+	}
+	go nsInf.Run(ctx.Done())
+	go depInf.Run(ctx.Done())
+	go crdInf.Run(ctx.Done())
+	go c.watchRedis(ctx)
+	go c.checkJobAPI(ctx)
+	log.Info("collecting control-plane health", "namespace", c.o.Namespace)
+	return c.publish(ctx)
+}
+
+// publish recomputes the model after each burst of changes has settled for the debounce window.
+func (c *Collector) publish(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.changed:
+		}
+		timer := time.NewTimer(c.o.Debounce)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		c.hub.Update(health.Compute(c.observation()))
+	}
+}
+
+func (c *Collector) observation() health.Observation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.obs
+	names := map[string]bool{}
+	for n := range c.deploys {
+		names[n] = true
+	}
+	for n := range c.o.Targets {
+		names[n] = true
+	}
+	o.Services = nil
+	for n := range names {
+		s := health.Service{Name: n}
+		if d, found := c.deploys[n]; found {
+			s.Deployment = true
+			s.Desired = 1
+			if d.Spec.Replicas != nil {
+				s.Desired = *d.Spec.Replicas
+			}
+			s.Ready = d.Status.ReadyReplicas
+		}
+		if h := c.svc[n]; h != nil {
+			s.Health = h.status
+			s.Subsystems = map[string]string{}
+			for k, v := range h.subsystems {
+				s.Subsystems[k] = v
+			}
+		}
+		o.Services = append(o.Services, s)
+	}
+	sort.Slice(o.Services, func(i, j int) bool { return o.Services[i].Name < o.Services[j].Name })
+	return o
+}
+
+func serviceName(d *appsv1.Deployment) string {
+	if n := d.Labels["app.kubernetes.io/name"]; n != "" {
+		return n
+	}
+	return d.Name
+}
+
+func (c *Collector) target(name string) string {
+	if t, found := c.o.Targets[name]; found {
+		return t
+	}
+	return name + "." + c.o.Namespace + ".svc:" + c.o.ServicePort
+}
+
+// ensureWatch starts following a service's grpc.health.v1 statuses once.
+func (c *Collector) ensureWatch(ctx context.Context, name string) {
+	c.mu.Lock()
+	if _, running := c.watched[name]; running {
+		c.mu.Unlock()
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	c.watched[name] = cancel
+	c.svc[name] = &svcHealth{subsystems: map[string]string{}}
+	c.mu.Unlock()
+	go c.followHealth(wctx, name)
+}
+
+// followHealth lists the service's health names, then holds a Watch stream on each; when the
+// connection breaks the service is UNREACHABLE until the streams come back.
+func (c *Collector) followHealth(ctx context.Context, name string) {
+	conn, err := grpcx.Dial(c.target(name), grpcx.ClientOptions{})
+	if err != nil {
+		c.setHealth(name, "", "UNREACHABLE")
+		return
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		list, err := client.List(lctx, &healthpb.HealthListRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if err != nil {
+			c.setHealth(name, "", "UNREACHABLE")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		var wg sync.WaitGroup
+		sctx, stop := context.WithCancel(ctx)
+		for svc := range list.GetStatuses() {
+			if svc != "" && !strings.Contains(svc, "/") {
+				continue // a service's own API names mirror its overall status
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer stop() // one broken stream: relist and rewatch them all
+				stream, err := client.Watch(sctx, &healthpb.HealthCheckRequest{Service: svc})
+				if err != nil {
+					return
+				}
+				for {
+					resp, err := stream.Recv()
+					if err != nil {
+						return
+					}
+					c.setHealth(name, svc, resp.GetStatus().String())
+				}
+			}()
+		}
+		wg.Wait()
+		stop()
+		if ctx.Err() == nil {
+			c.setHealth(name, "", "UNREACHABLE")
+		}
+	}
+}
+
+func (c *Collector) setHealth(name, svc, st string) {
+	c.mu.Lock()
+	h := c.svc[name]
+	if h == nil {
+		h = &svcHealth{subsystems: map[string]string{}}
+		c.svc[name] = h
+	}
+	if svc == "" {
+		h.status = st
+		if st == "UNREACHABLE" {
+			h.subsystems = map[string]string{}
+		}
+	} else {
+		h.subsystems[svc] = st
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+// watchRedis pings Redis: Redis has no change feed for its own liveness, so this is the one
+// component checked on an interval.
+func (c *Collector) watchRedis(ctx context.Context) {
+	if c.o.Redis == nil {
+		return
+	}
+	t := time.NewTicker(c.o.RedisInterval)
+	defer t.Stop()
+	var last error = errors.New("not checked")
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.o.Redis.Ping(pctx).Err()
+		cancel()
+		if (err == nil) != (last == nil) || (err != nil && last != nil && err.Error() != last.Error()) {
+			c.edit(func(o *health.Observation) { o.RedisErr = err })
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Collector) checkJobAPI(ctx context.Context) {
+	_, err := c.kc.Discovery().ServerResourcesForGroupVersion("batch/v1")
+	served := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		logging.FromContext(ctx).Warn("discover batch/v1", "err", err)
+		return
+	}
+	c.edit(func(o *health.Observation) { o.JobAPI = &served })
+}

@@ -1,0 +1,300 @@
+//go:build integration
+
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/r3labs/sse/v2"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
+	"github.com/agentplane/agentplane/libs/health"
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+var (
+	env *testenv.Kube
+	rds *testenv.Redis
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var err error
+		if env, err = testenv.StartKube(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer env.Stop()
+		if rds, err = testenv.StartRedis(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer rds.Close()
+		return m.Run()
+	}())
+}
+
+// fakeService is a real gRPC server with grpc.health.v1, standing in for an agentplane service.
+func fakeService(t *testing.T) (addr string, stop func()) {
+	t.Helper()
+	srv := grpcx.NewServer(prometheus.NewRegistry())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	return l.Addr().String(), srv.Stop
+}
+
+type stack struct {
+	url string
+	hub *health.Hub
+}
+
+func startGateway(t *testing.T, targets map[string]string, heartbeat time.Duration, maxStreams int) stack {
+	t.Helper()
+	kc := kubernetes.NewForConfigOrDie(env.Config)
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	hub := health.NewHub(64, 64)
+	c := NewCollector(kc, dyn, hub, Options{Namespace: "default", Targets: targets, Debounce: 100 * time.Millisecond,
+		RedisAddress: rds.Addr, Redis: rdb, RedisInterval: 200 * time.Millisecond, GRPCAddress: "127.0.0.1:50051"})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Run(ctx) }()
+	gw := NewGateway(hub, "default", heartbeat, maxStreams, nil)
+	mux := http.NewServeMux()
+	mux.Handle("GET "+StreamPath, gw)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return stack{url: srv.URL + StreamPath, hub: hub}
+}
+
+// received is one SSE event as a third-party client library parsed it.
+type received struct {
+	event, id string
+	data      wireEvent
+}
+
+func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan received {
+	t.Helper()
+	client := sse.NewClient(url)
+	client.ReconnectStrategy = nil
+	if lastID != "" {
+		client.LastEventID.Store([]byte(lastID))
+	}
+	raw := make(chan *sse.Event, 256)
+	go func() { _ = client.SubscribeChanRawWithContext(ctx, raw) }()
+	out := make(chan received, 256)
+	go func() {
+		for msg := range raw {
+			if len(msg.Data) == 0 {
+				continue // the retry hint and keep-alive comments carry no data
+			}
+			var w wireEvent
+			if err := json.Unmarshal(msg.Data, &w); err != nil {
+				t.Errorf("data is not one JSON object: %q", msg.Data)
+				continue
+			}
+			out <- received{event: string(msg.Event), id: string(msg.ID), data: w}
+		}
+	}()
+	return out
+}
+
+// state folds events into component → status, as a client would.
+type state map[string]health.Status
+
+func (s state) apply(r received) {
+	if r.data.Items != nil {
+		for _, it := range *r.data.Items {
+			s[it.Component] = it.Status
+		}
+	}
+	if r.data.Changes != nil {
+		for _, it := range *r.data.Changes {
+			s[it.Component] = it.Status
+		}
+	}
+}
+
+func waitFor(t *testing.T, ch <-chan received, s state, what string, cond func(state) bool) received {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			s.apply(r)
+			if cond(s) {
+				return r
+			}
+		case <-deadline:
+			t.Fatalf("%s: never happened; state %v", what, s)
+		}
+	}
+}
+
+func TestLiveStreamFollowsRedisAndServices(t *testing.T) {
+	addr, stopSvc := fakeService(t)
+	st := startGateway(t, map[string]string{"status-writer": addr}, 30*time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := subscribe(t, ctx, st.url, "")
+	s := state{}
+	waitFor(t, events, s, "all healthy", func(s state) bool {
+		return s["status-writer"] == health.Healthy && s["database"] == health.Healthy && s["namespace"] == health.Healthy
+	})
+
+	// Redis stops: database turns degraded in the live stream, then healthy again after restart.
+	if err := rds.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r := waitFor(t, events, s, "database degraded", func(s state) bool { return s["database"] == health.Degraded })
+	if r.event != "delta" || r.id == "" || r.data.Cursor != r.id {
+		t.Fatalf("delta framing: event=%q id=%q cursor=%q", r.event, r.id, r.data.Cursor)
+	}
+	if err := rds.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, events, s, "database healthy again", func(s state) bool { return s["database"] == health.Healthy })
+
+	// A stopped service turns unhealthy from its broken health stream, without polling it.
+	stopped := time.Now()
+	stopSvc()
+	waitFor(t, events, s, "status-writer error", func(s state) bool { return s["status-writer"] == health.Error })
+	if d := time.Since(stopped); d > 3*time.Second {
+		t.Fatalf("took %s to notice a stopped service", d)
+	}
+}
+
+func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
+	st := startGateway(t, nil, 30*time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	events := subscribe(t, ctx, st.url, "")
+	s := state{}
+	last := waitFor(t, events, s, "database healthy", func(s state) bool { return s["database"] == health.Healthy })
+	cancel() // disconnect
+
+	// Two changes happen while the client is away.
+	if err := rds.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for st.hub.Current().Items == nil || find(st.hub.Current().Items, "database") != health.Degraded {
+		if time.Now().After(deadline) {
+			t.Fatal("hub never saw Redis go")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := rds.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for find(st.hub.Current().Items, "database") != health.Healthy {
+		if time.Now().After(deadline) {
+			t.Fatal("hub never saw Redis return")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	resumed := subscribe(t, ctx2, st.url, last.id)
+	var got []string
+	timeout := time.After(3 * time.Second)
+collect:
+	for {
+		select {
+		case r := <-resumed:
+			if r.event == "snapshot" {
+				t.Fatalf("a recent cursor got a snapshot instead of the missed deltas")
+			}
+			if r.event == "delta" {
+				for _, it := range *r.data.Changes {
+					got = append(got, it.Component+"="+string(it.Status))
+				}
+			}
+		case <-timeout:
+			break collect
+		}
+	}
+	if strings.Join(got, ",") != "database=degraded,database=healthy" {
+		t.Fatalf("resumed with %v, want exactly the two missed deltas", got)
+	}
+}
+
+func find(items []health.Item, component string) health.Status {
+	for _, it := range items {
+		if it.Component == component {
+			return it.Status
+		}
+	}
+	return ""
+}
+
+func TestHeartbeatsArriveOnTime(t *testing.T) {
+	st := startGateway(t, nil, time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := subscribe(t, ctx, st.url+"?heartbeat=1s", "")
+	var at []time.Time
+	deadline := time.After(10 * time.Second)
+	for len(at) < 4 {
+		select {
+		case r := <-events:
+			if r.event == "heartbeat" {
+				at = append(at, time.Now())
+			}
+		case <-deadline:
+			t.Fatalf("only %d heartbeats in 10s", len(at))
+		}
+	}
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d < 700*time.Millisecond || d > 1500*time.Millisecond {
+			t.Fatalf("heartbeat gap %s, want about 1s", d)
+		}
+	}
+}
+
+func TestBadRequestsAndTooManyWatchers(t *testing.T) {
+	st := startGateway(t, nil, time.Second, 1)
+	for _, q := range []string{"?heartbeat=soon", "?heartbeat=1ms", "?format=xml", "?namespace=other"} {
+		resp, err := http.Get(st.url + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400", q, resp.StatusCode)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.url, nil)
+	first, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	second, err := http.Get(st.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Body.Close()
+	if second.StatusCode != http.StatusServiceUnavailable || second.Header.Get("Retry-After") == "" {
+		t.Fatalf("second watcher: %d Retry-After=%q, want 503 with Retry-After", second.StatusCode, second.Header.Get("Retry-After"))
+	}
+}

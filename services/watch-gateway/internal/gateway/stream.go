@@ -1,0 +1,306 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agentplane/agentplane/libs/health"
+	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
+)
+
+// StreamPath is the seed's SSE endpoint.
+const StreamPath = "/api/agents/control-plane/status/stream"
+
+// Limits on a client's heartbeat override.
+const (
+	minHeartbeat = time.Second
+	maxHeartbeat = 5 * time.Minute
+	keepAlive    = 15 * time.Second
+	retryMillis  = 1000
+)
+
+// Gateway serves the hub over SSE and gRPC.
+type Gateway struct {
+	jangarv1.UnimplementedAgentctlServiceServer
+	hub       *health.Hub
+	namespace string
+	heartbeat time.Duration
+	maxActive int64
+	active    atomic.Int64
+	metrics   *Metrics
+}
+
+var _ jangarv1.AgentctlServiceServer = (*Gateway)(nil)
+
+// Metrics are the seed's server metrics.
+type Metrics struct {
+	active   *prometheus.GaugeVec
+	errors   *prometheus.CounterVec
+	Dispatch prometheus.Histogram
+}
+
+// NewMetrics registers them with reg (nil: a private registry).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agentplane_watch_active_streams", Help: "Open status watches by transport."}, []string{"transport"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_stream_errors_total", Help: "Status watches ended by an error, by transport and reason."}, []string{"transport", "reason"}),
+		Dispatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentplane_watch_delta_dispatch_seconds",
+			Help: "Time from a delta's generation to its hand-off to a watcher.", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 20)}),
+	}
+	reg.MustRegister(m.active, m.errors, m.Dispatch)
+	return m
+}
+
+// NewGateway serves hub for namespace; heartbeat is the default interval, maxActive bounds the
+// open watches (beyond it: 503 / RESOURCE_EXHAUSTED).
+func NewGateway(hub *health.Hub, namespace string, heartbeat time.Duration, maxActive int, m *Metrics) *Gateway {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	hub.OnDispatch = func(d time.Duration) { m.Dispatch.Observe(d.Seconds()) }
+	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, maxActive: int64(maxActive), metrics: m}
+}
+
+// wireEvent is the JSON of one event, as the seed shows it: a snapshot has items, a delta has
+// changes, an error has a message, a heartbeat has neither.
+type wireEvent struct {
+	Type        health.EventType `json:"type"`
+	GeneratedAt string           `json:"generated_at"`
+	Items       *[]health.Item   `json:"items,omitempty"`
+	Changes     *[]health.Item   `json:"changes,omitempty"`
+	Message     string           `json:"message,omitempty"`
+	Cursor      string           `json:"cursor,omitempty"`
+}
+
+// Wire converts an event to its JSON form.
+func Wire(ev health.Event) wireEvent {
+	w := wireEvent{Type: ev.Type, GeneratedAt: ev.GeneratedAt.UTC().Format(time.RFC3339), Message: ev.Message, Cursor: ev.Cursor}
+	items := ev.Items
+	if items == nil {
+		items = []health.Item{}
+	}
+	switch ev.Type {
+	case health.Snapshot:
+		w.Items = &items
+	case health.Delta:
+		w.Changes = &items
+	}
+	return w
+}
+
+func (g *Gateway) acquire() bool {
+	if g.active.Add(1) > g.maxActive {
+		g.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) parseHeartbeat(s string) (time.Duration, error) {
+	if s == "" {
+		return g.heartbeat, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < minHeartbeat || d > maxHeartbeat {
+		return 0, fmt.Errorf("heartbeat %q must be a duration between %s and %s, such as 30s", s, minHeartbeat, maxHeartbeat)
+	}
+	return d, nil
+}
+
+// ServeHTTP serves GET /api/agents/control-plane/status/stream.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if ns := q.Get("namespace"); ns != "" && ns != g.namespace {
+		http.Error(w, fmt.Sprintf("this gateway reports namespace %q, not %q", g.namespace, ns), http.StatusBadRequest)
+		return
+	}
+	hb, err := g.parseHeartbeat(q.Get("heartbeat"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	format := q.Get("format")
+	if format == "" {
+		format = "json"
+	}
+	if format != "json" && format != "ndjson" {
+		http.Error(w, fmt.Sprintf("format %q must be json or ndjson", format), http.StatusBadRequest)
+		return
+	}
+	since := q.Get("since")
+	if since == "" {
+		since = r.Header.Get("Last-Event-ID")
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	if !g.acquire() {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "too many status watches; retry later", http.StatusServiceUnavailable)
+		return
+	}
+	defer g.active.Add(-1)
+	g.metrics.active.WithLabelValues("sse").Inc()
+	defer g.metrics.active.WithLabelValues("sse").Dec()
+
+	h := w.Header()
+	if format == "json" {
+		h.Set("Content-Type", "text/event-stream")
+	} else {
+		h.Set("Content-Type", "application/x-ndjson")
+	}
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("Retry", fmt.Sprint(retryMillis))
+	w.WriteHeader(http.StatusOK)
+
+	initial, sub := g.hub.Subscribe(since, false)
+	defer sub.Close()
+	write := func(ev health.Event) error {
+		data, err := json.Marshal(Wire(ev))
+		if err != nil {
+			return err
+		}
+		if format == "ndjson" {
+			_, err = fmt.Fprintf(w, "%s\n", data)
+		} else {
+			_, err = fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", ev.Type, ev.Cursor, data)
+		}
+		flusher.Flush()
+		return err
+	}
+	if format == "json" {
+		fmt.Fprintf(w, "retry: %d\n\n", retryMillis)
+	}
+	for _, ev := range initial {
+		if write(ev) != nil {
+			return
+		}
+	}
+	heartbeat := time.NewTicker(hb)
+	defer heartbeat.Stop()
+	alive := time.NewTicker(keepAlive)
+	defer alive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-sub.Events():
+			if write(ev) != nil {
+				g.metrics.errors.WithLabelValues("sse", "write").Inc()
+				return
+			}
+		case <-sub.Lagged():
+			g.metrics.errors.WithLabelValues("sse", "lagged").Inc()
+			_ = write(health.Event{Type: health.ErrorEv, GeneratedAt: time.Now(), Message: "this watch fell behind; reconnect with the last event id to resume"})
+			return
+		case <-heartbeat.C:
+			if write(g.hub.HeartbeatEvent()) != nil {
+				return
+			}
+		case <-alive.C:
+			if format == "json" {
+				if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+					return
+				}
+				flusher.Flush()
+			}
+		}
+	}
+}
+
+// GetControlPlaneStatus returns the current status.
+func (g *Gateway) GetControlPlaneStatus(_ context.Context, req *jangarv1.GetControlPlaneStatusRequest) (*jangarv1.ControlPlaneStatus, error) {
+	if ns := req.GetNamespace(); ns != "" && ns != g.namespace {
+		return nil, status.Errorf(codes.FailedPrecondition, "this gateway reports namespace %q, not %q", g.namespace, ns)
+	}
+	cur := g.hub.Current()
+	return &jangarv1.ControlPlaneStatus{GeneratedAt: timestamppb.New(cur.GeneratedAt), Items: toProto(cur.Items)}, nil
+}
+
+var eventTypes = map[health.EventType]jangarv1.ControlPlaneStatusEvent_Type{
+	health.Snapshot: jangarv1.ControlPlaneStatusEvent_SNAPSHOT, health.Delta: jangarv1.ControlPlaneStatusEvent_DELTA,
+	health.Heartbeat: jangarv1.ControlPlaneStatusEvent_HEARTBEAT, health.ErrorEv: jangarv1.ControlPlaneStatusEvent_ERROR,
+}
+
+// WatchControlPlaneStatus streams snapshot, deltas and heartbeats.
+func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusRequest, stream jangarv1.AgentctlService_WatchControlPlaneStatusServer) error {
+	if ns := req.GetNamespace(); ns != "" && ns != g.namespace {
+		return status.Errorf(codes.FailedPrecondition, "this gateway reports namespace %q, not %q", g.namespace, ns)
+	}
+	hb := g.heartbeat
+	if req.GetHeartbeat() != nil {
+		d := req.GetHeartbeat().AsDuration()
+		if d < minHeartbeat || d > maxHeartbeat {
+			return status.Errorf(codes.InvalidArgument, "heartbeat %s must be between %s and %s", d, minHeartbeat, maxHeartbeat)
+		}
+		hb = d
+	}
+	if !g.acquire() {
+		return status.Error(codes.Unavailable, "too many status watches; retry later")
+	}
+	defer g.active.Add(-1)
+	g.metrics.active.WithLabelValues("grpc").Inc()
+	defer g.metrics.active.WithLabelValues("grpc").Dec()
+	initial, sub := g.hub.Subscribe(req.GetCursor(), req.GetFollowOnly())
+	defer sub.Close()
+	send := func(ev health.Event) error {
+		return stream.Send(&jangarv1.ControlPlaneStatusEvent{Type: eventTypes[ev.Type], GeneratedAt: timestamppb.New(ev.GeneratedAt),
+			Items: toProto(ev.Items), Message: ev.Message, Cursor: ev.Cursor})
+	}
+	for _, ev := range initial {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+	t := time.NewTicker(hb)
+	defer t.Stop()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev := <-sub.Events():
+			if err := send(ev); err != nil {
+				g.metrics.errors.WithLabelValues("grpc", "send").Inc()
+				return err
+			}
+		case <-sub.Lagged():
+			g.metrics.errors.WithLabelValues("grpc", "lagged").Inc()
+			return status.Error(codes.Unavailable, "this watch fell behind; reconnect with the last cursor to resume")
+		case <-t.C:
+			if err := send(g.hub.HeartbeatEvent()); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func toProto(items []health.Item) []*jangarv1.ControlPlaneStatusItem {
+	out := make([]*jangarv1.ControlPlaneStatusItem, 0, len(items))
+	for _, it := range items {
+		pi := &jangarv1.ControlPlaneStatusItem{Component: it.Component, Namespace: it.Namespace, Status: string(it.Status), Message: it.Message}
+		if len(it.Details) > 0 {
+			if s, err := structpb.NewStruct(it.Details); err == nil {
+				pi.Details = s
+			}
+		}
+		out = append(out, pi)
+	}
+	return out
+}

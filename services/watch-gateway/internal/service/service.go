@@ -1,0 +1,145 @@
+// Package service wires watch-gateway into the common service runner.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/health"
+	"github.com/agentplane/agentplane/libs/kube"
+	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/gateway"
+)
+
+// Config is watch-gateway's own configuration.
+type Config struct {
+	HTTPAddr        string
+	Namespace       string
+	Heartbeat       time.Duration
+	Debounce        time.Duration
+	Window          int
+	MaxStreams      int
+	Targets         map[string]string
+	RedisURL        string
+	RedisPassword   string
+	TemporalAddress string
+}
+
+// LoadConfig reads JANGAR_HTTP_ADDR and JANGAR_WATCH_*.
+func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
+	c := Config{
+		HTTPAddr:        env.String("JANGAR_HTTP_ADDR", "127.0.0.1:8101"),
+		Heartbeat:       env.Duration("JANGAR_WATCH_HEARTBEAT", 30*time.Second),
+		Debounce:        env.Duration("JANGAR_WATCH_DEBOUNCE", 500*time.Millisecond),
+		Window:          env.Int("JANGAR_WATCH_WINDOW", 1024),
+		MaxStreams:      env.Int("JANGAR_WATCH_MAX_STREAMS", 20000),
+		RedisURL:        env.String("JANGAR_REDIS_URL", ""),
+		RedisPassword:   env.Secret("JANGAR_REDIS_PASSWORD"),
+		TemporalAddress: env.String("JANGAR_TEMPORAL_ADDRESS", ""),
+		Targets:         map[string]string{},
+	}
+	c.Namespace = svc.PodNamespace
+	if len(svc.Namespaces) > 0 {
+		c.Namespace = svc.Namespaces[0]
+	}
+	for _, t := range env.List("JANGAR_WATCH_TARGETS", nil) {
+		name, addr, ok := strings.Cut(t, "=")
+		if !ok || name == "" || addr == "" {
+			return c, fmt.Errorf("JANGAR_WATCH_TARGETS item %q must be name=host:port", t)
+		}
+		c.Targets[name] = addr
+	}
+	if err := env.Err(); err != nil {
+		return c, err
+	}
+	if c.Window < 1 || c.MaxStreams < 1 {
+		return c, errors.New("JANGAR_WATCH_WINDOW and JANGAR_WATCH_MAX_STREAMS must be at least 1")
+	}
+	return c, nil
+}
+
+// Setup registers the AgentctlService, the SSE endpoint and the collector.
+func Setup(_ context.Context, rt *app.Runtime) error {
+	c, err := LoadConfig(config.FromOS(), rt.Config)
+	if err != nil {
+		return err
+	}
+	cfg, err := kube.ForService(rt.Config)
+	if err != nil {
+		return err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var rdb *redis.Client
+	redisAddr := ""
+	if c.RedisURL != "" {
+		opts, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return errors.New("JANGAR_REDIS_URL is not a redis:// URL (redis://host:port/db)")
+		}
+		if c.RedisPassword != "" {
+			opts.Password = c.RedisPassword
+		}
+		opts.MaxRetries = -1
+		rdb = redis.NewClient(opts)
+		redisAddr = opts.Addr
+	}
+	hub := health.NewHub(c.Window, 64)
+	opts := gateway.Options{
+		Namespace: c.Namespace, Targets: c.Targets, Debounce: c.Debounce, RedisAddress: redisAddr,
+		TemporalAddress: c.TemporalAddress, GRPCAddress: rt.Config.GRPCAddr,
+	}
+	if rdb != nil { // a nil *redis.Client in the interface would not be nil
+		opts.Redis = rdb
+	}
+	collector := gateway.NewCollector(kc, dyn, hub, opts)
+	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, gateway.NewMetrics(rt.Registry))
+	jangarv1.RegisterAgentctlServiceServer(rt.GRPC, gw)
+	rt.SetServing(jangarv1.AgentctlService_ServiceDesc.ServiceName, true)
+	rt.Go("health collector", collector.Run)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET "+gateway.StreamPath, gw)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w (set JANGAR_HTTP_ADDR to a free address)", c.HTTPAddr, err)
+	}
+	rt.Go("sse server", func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if srv.Shutdown(sctx) != nil {
+				_ = srv.Close() // open streams end here
+			}
+		}()
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	if rdb != nil {
+		rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
+	}
+	rt.Logger.Info("status stream", "sse", "http://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace)
+	return nil
+}
