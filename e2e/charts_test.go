@@ -267,7 +267,14 @@ func isClusterReader(o manifest) bool {
 	for _, r := range o.Rules {
 		for _, res := range r.Resources {
 			switch res {
-			case "customresourcedefinitions", "namespaces":
+			case "customresourcedefinitions":
+				// Read-only: definitions hold no secrets, and Argo's is needed too.
+				for _, v := range r.Verbs {
+					if v != "get" && v != "list" && v != "watch" {
+						return false
+					}
+				}
+			case "namespaces":
 				if len(r.ResourceNames) == 0 {
 					return false
 				}
