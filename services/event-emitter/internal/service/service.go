@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/redisx"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 	"github.com/agentplane/agentplane/services/event-emitter/internal/emitter"
 	"github.com/agentplane/agentplane/services/event-emitter/internal/limiter"
@@ -60,23 +60,6 @@ func LoadConfig(env *config.Env) (Config, error) {
 	return c, nil
 }
 
-// RedisClient builds the client from the URL (no password in it) and the password variable;
-// errors never repeat the URL, which could hold credentials.
-func RedisClient(c Config) (*redis.Client, error) {
-	opts, err := redis.ParseURL(c.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("JANGAR_REDIS_URL is not a redis:// URL (redis://host:port/db)")
-	}
-	if c.RedisPassword != "" {
-		opts.Password = c.RedisPassword
-	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = c.RedisTimeout, c.RedisTimeout, c.RedisTimeout
-	opts.PoolTimeout = c.RedisTimeout
-	opts.MaxRetries = -1 // a failed decision falls back at once; the probe brings Redis back
-	opts.PoolSize = 64
-	return redis.NewClient(opts), nil
-}
-
 // Setup registers the EventEmitter gRPC service and its writer.
 func Setup(ctx context.Context, rt *app.Runtime) error {
 	c, err := LoadConfig(config.FromOS())
@@ -95,7 +78,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	rdb, err := RedisClient(c)
+	rdb, err := redisx.New(c.RedisURL, c.RedisPassword, redisx.Options{Timeout: c.RedisTimeout, PoolSize: 64})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/redisx"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/gateway"
 )
@@ -90,16 +91,10 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	var rdb *redis.Client
 	redisAddr := ""
 	if c.RedisURL != "" {
-		opts, err := redis.ParseURL(c.RedisURL)
-		if err != nil {
-			return errors.New("JANGAR_REDIS_URL is not a redis:// URL (redis://host:port/db)")
+		if rdb, err = redisx.New(c.RedisURL, c.RedisPassword, redisx.Options{Timeout: time.Second}); err != nil {
+			return err
 		}
-		if c.RedisPassword != "" {
-			opts.Password = c.RedisPassword
-		}
-		opts.MaxRetries = -1
-		rdb = redis.NewClient(opts)
-		redisAddr = opts.Addr
+		redisAddr = rdb.Options().Addr
 	}
 	hub := health.NewHub(c.Window, 64)
 	opts := gateway.Options{
