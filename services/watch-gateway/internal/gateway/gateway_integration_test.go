@@ -71,7 +71,7 @@ func startGateway(t *testing.T, targets map[string]string, heartbeat time.Durati
 	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
 	hub := health.NewHub(64, 64)
-	c := NewCollector(kc, dyn, hub, Options{Namespace: "default", Targets: targets, Debounce: 100 * time.Millisecond,
+	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: "default", Targets: targets, Debounce: 100 * time.Millisecond,
 		RedisAddress: rds.Addr, Redis: rdb, RedisInterval: 200 * time.Millisecond, GRPCAddress: "127.0.0.1:50051"})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -87,7 +87,7 @@ func startGateway(t *testing.T, targets map[string]string, heartbeat time.Durati
 // received is one SSE event as a third-party client library parsed it.
 type received struct {
 	event, id string
-	data      wireEvent
+	data      health.Event
 }
 
 func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan received {
@@ -105,7 +105,7 @@ func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan rec
 			if len(msg.Data) == 0 {
 				continue // the retry hint and keep-alive comments carry no data
 			}
-			var w wireEvent
+			var w health.Event
 			if err := json.Unmarshal(msg.Data, &w); err != nil {
 				t.Errorf("data is not one JSON object: %q", msg.Data)
 				continue
@@ -120,15 +120,8 @@ func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan rec
 type state map[string]health.Status
 
 func (s state) apply(r received) {
-	if r.data.Items != nil {
-		for _, it := range *r.data.Items {
-			s[it.Component] = it.Status
-		}
-	}
-	if r.data.Changes != nil {
-		for _, it := range *r.data.Changes {
-			s[it.Component] = it.Status
-		}
+	for _, it := range r.data.Items {
+		s[it.Component] = it.Status
 	}
 }
 
@@ -223,7 +216,7 @@ collect:
 				t.Fatalf("a recent cursor got a snapshot instead of the missed deltas")
 			}
 			if r.event == "delta" {
-				for _, it := range *r.data.Changes {
+				for _, it := range r.data.Items {
 					got = append(got, it.Component+"="+string(it.Status))
 				}
 			}

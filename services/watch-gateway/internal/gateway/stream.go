@@ -75,33 +75,6 @@ func NewGateway(hub *health.Hub, namespace string, heartbeat time.Duration, maxA
 	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, maxActive: int64(maxActive), metrics: m}
 }
 
-// wireEvent is the JSON of one event, as the seed shows it: a snapshot has items, a delta has
-// changes, an error has a message, a heartbeat has neither.
-type wireEvent struct {
-	Type        health.EventType `json:"type"`
-	GeneratedAt string           `json:"generated_at"`
-	Items       *[]health.Item   `json:"items,omitempty"`
-	Changes     *[]health.Item   `json:"changes,omitempty"`
-	Message     string           `json:"message,omitempty"`
-	Cursor      string           `json:"cursor,omitempty"`
-}
-
-// Wire converts an event to its JSON form.
-func Wire(ev health.Event) wireEvent {
-	w := wireEvent{Type: ev.Type, GeneratedAt: ev.GeneratedAt.UTC().Format(time.RFC3339), Message: ev.Message, Cursor: ev.Cursor}
-	items := ev.Items
-	if items == nil {
-		items = []health.Item{}
-	}
-	switch ev.Type {
-	case health.Snapshot:
-		w.Items = &items
-	case health.Delta:
-		w.Changes = &items
-	}
-	return w
-}
-
 func (g *Gateway) acquire() bool {
 	if g.active.Add(1) > g.maxActive {
 		g.active.Add(-1)
@@ -173,7 +146,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	initial, sub := g.hub.Subscribe(since, false)
 	defer sub.Close()
 	write := func(ev health.Event) error {
-		data, err := json.Marshal(Wire(ev))
+		data, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}

@@ -97,14 +97,14 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 		redisAddr = rdb.Options().Addr
 	}
 	hub := health.NewHub(c.Window, 64)
-	opts := gateway.Options{
+	opts := health.CollectorOptions{
 		Namespace: c.Namespace, Targets: c.Targets, Debounce: c.Debounce, RedisAddress: redisAddr,
 		TemporalAddress: c.TemporalAddress, GRPCAddress: rt.Config.GRPCAddr,
 	}
 	if rdb != nil { // a nil *redis.Client in the interface would not be nil
 		opts.Redis = rdb
 	}
-	collector := gateway.NewCollector(kc, dyn, hub, opts)
+	collector := health.NewCollector(kc, dyn, hub, opts)
 	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, gateway.NewMetrics(rt.Registry))
 	jangarv1.RegisterAgentctlServiceServer(rt.GRPC, gw)
 	rt.SetServing(jangarv1.AgentctlService_ServiceDesc.ServiceName, true)

@@ -1,8 +1,8 @@
-// Package gateway is watch-gateway: it learns control-plane changes from Kubernetes watches and
-// from each service's grpc.health.v1 Watch stream (push, not poll), folds them into the health
-// model of libs/health after a debounce window, and streams snapshots, deltas and heartbeats over
-// SSE and gRPC.
-package gateway
+package health
+
+// The collector learns control-plane changes from Kubernetes watches and from each service's
+// grpc.health.v1 Watch stream (push, not poll) and folds them into the model after a debounce
+// window. watch-gateway runs it for every client; agentctl's kube mode runs it locally.
 
 import (
 	"context"
@@ -28,15 +28,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/agentplane/agentplane/libs/grpcx"
-	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/logging"
 )
 
 // PartOfSelector finds agentplane's Deployments: a new service appears by carrying the label.
 const PartOfSelector = "app.kubernetes.io/part-of=agentplane"
 
-// Options configure a Collector.
-type Options struct {
+// CollectorOptions configure a Collector.
+type CollectorOptions struct {
 	Namespace string
 	// Targets maps service names to their gRPC address, for services run outside Kubernetes
 	// (`make up`) or to override the in-cluster <name>.<namespace>.svc:<port>.
@@ -54,13 +53,13 @@ type Options struct {
 
 // Collector keeps the latest Observation and feeds the hub.
 type Collector struct {
-	o   Options
+	o   CollectorOptions
 	kc  kubernetes.Interface
 	dyn dynamic.Interface
-	hub *health.Hub
+	hub *Hub
 
 	mu      sync.Mutex
-	obs     health.Observation
+	obs     Observation
 	deploys map[string]appsv1.Deployment
 	svc     map[string]*svcHealth
 	watched map[string]context.CancelFunc
@@ -75,7 +74,7 @@ type svcHealth struct {
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // NewCollector returns a collector feeding hub.
-func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *health.Hub, o Options) *Collector {
+func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *Hub, o CollectorOptions) *Collector {
 	if o.Debounce <= 0 {
 		o.Debounce = 500 * time.Millisecond
 	}
@@ -87,7 +86,7 @@ func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *health.Hu
 	}
 	c := &Collector{o: o, kc: kc, dyn: dyn, hub: hub, deploys: map[string]appsv1.Deployment{}, svc: map[string]*svcHealth{},
 		watched: map[string]context.CancelFunc{}, changed: make(chan struct{}, 1)}
-	c.obs = health.Observation{Namespace: o.Namespace, RedisAddress: o.RedisAddress, TemporalAddress: o.TemporalAddress, GRPCAddress: o.GRPCAddress}
+	c.obs = Observation{Namespace: o.Namespace, RedisAddress: o.RedisAddress, TemporalAddress: o.TemporalAddress, GRPCAddress: o.GRPCAddress}
 	return c
 }
 
@@ -98,7 +97,7 @@ func (c *Collector) poke() {
 	}
 }
 
-func (c *Collector) edit(f func(o *health.Observation)) {
+func (c *Collector) edit(f func(o *Observation)) {
 	c.mu.Lock()
 	f(&c.obs)
 	c.mu.Unlock()
@@ -110,10 +109,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	log := logging.FromContext(ctx)
 	watchErr := func(_ *cache.Reflector, err error) {
 		if !errors.Is(err, context.Canceled) {
-			c.edit(func(o *health.Observation) { o.APIServerErr = err })
+			c.edit(func(o *Observation) { o.APIServerErr = err })
 		}
 	}
-	ok := func() { c.edit(func(o *health.Observation) { o.APIServerErr = nil }) }
+	ok := func() { c.edit(func(o *Observation) { o.APIServerErr = nil }) }
 
 	// The namespace itself.
 	nsInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -121,9 +120,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	})).Core().V1().Namespaces().Informer()
 	_ = nsInf.SetWatchErrorHandler(watchErr)
 	_, _ = nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { found := true; ok(); c.edit(func(o *health.Observation) { o.NamespaceFound = &found }) },
+		AddFunc:    func(any) { found := true; ok(); c.edit(func(o *Observation) { o.NamespaceFound = &found }) },
 		UpdateFunc: func(any, any) { ok() },
-		DeleteFunc: func(any) { found := false; c.edit(func(o *health.Observation) { o.NamespaceFound = &found }) },
+		DeleteFunc: func(any) { found := false; c.edit(func(o *Observation) { o.NamespaceFound = &found }) },
 	})
 
 	// agentplane's Deployments.
@@ -178,7 +177,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			est[u.GetName()] = established
 		}
 		ok()
-		c.edit(func(o *health.Observation) { o.CRDsEstablished = est; o.WorkflowCRD = &workflow })
+		c.edit(func(o *Observation) { o.CRDsEstablished = est; o.WorkflowCRD = &workflow })
 	}
 	_, _ = crdInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: recomputeCRDs, UpdateFunc: func(_, n any) { recomputeCRDs(n) }, DeleteFunc: recomputeCRDs})
 
@@ -209,11 +208,11 @@ func (c *Collector) publish(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		c.hub.Update(health.Compute(c.observation()))
+		c.hub.Update(Compute(c.observation()))
 	}
 }
 
-func (c *Collector) observation() health.Observation {
+func (c *Collector) observation() Observation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.obs
@@ -226,7 +225,7 @@ func (c *Collector) observation() health.Observation {
 	}
 	o.Services = nil
 	for n := range names {
-		s := health.Service{Name: n}
+		s := Service{Name: n}
 		if d, found := c.deploys[n]; found {
 			s.Deployment = true
 			s.Desired = 1
@@ -366,7 +365,7 @@ func (c *Collector) watchRedis(ctx context.Context) {
 		err := c.o.Redis.Ping(pctx).Err()
 		cancel()
 		if (err == nil) != (last == nil) || (err != nil && last != nil && err.Error() != last.Error()) {
-			c.edit(func(o *health.Observation) { o.RedisErr = err })
+			c.edit(func(o *Observation) { o.RedisErr = err })
 		}
 		last = err
 		select {
@@ -384,5 +383,5 @@ func (c *Collector) checkJobAPI(ctx context.Context) {
 		logging.FromContext(ctx).Warn("discover batch/v1", "err", err)
 		return
 	}
-	c.edit(func(o *health.Observation) { o.JobAPI = &served })
+	c.edit(func(o *Observation) { o.JobAPI = &served })
 }
