@@ -43,6 +43,7 @@ type Hub struct {
 	cap     int
 	subs    map[*Subscription]struct{}
 	buffer  int
+	ready   chan struct{}
 	now     func() time.Time
 	// OnDispatch, when set, is told how long a delta took from generation to hand-off to each
 	// subscriber.
@@ -54,7 +55,7 @@ type Hub struct {
 func NewHub(window, buffer int) *Hub {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return &Hub{epoch: hex.EncodeToString(b), cap: window, buffer: buffer, subs: map[*Subscription]struct{}{}, now: time.Now}
+	return &Hub{epoch: hex.EncodeToString(b), cap: window, buffer: buffer, subs: map[*Subscription]struct{}{}, now: time.Now, ready: make(chan struct{})}
 }
 
 // Cursor is the opaque cursor of position seq.
@@ -83,6 +84,11 @@ func (h *Hub) Update(items []Item) (Event, bool) {
 	defer h.mu.Unlock()
 	changes := Diff(h.current, items)
 	h.current = append([]Item(nil), items...)
+	select {
+	case <-h.ready:
+	default:
+		close(h.ready)
+	}
 	if len(changes) == 0 {
 		return Event{}, false
 	}
@@ -97,6 +103,9 @@ func (h *Hub) Update(items []Item) (Event, bool) {
 	}
 	return ev, true
 }
+
+// Ready is closed once the hub holds a first status; before that a snapshot is empty.
+func (h *Hub) Ready() <-chan struct{} { return h.ready }
 
 // Current returns a snapshot event of the current status.
 func (h *Hub) Current() Event {

@@ -94,3 +94,19 @@ func TestSlowSubscriberIsCutOffNotWaitedFor(t *testing.T) {
 		t.Fatalf("%d subscribers left", h.Subscribers())
 	}
 }
+
+func TestReadyAfterTheFirstUpdate(t *testing.T) {
+	h := NewHub(5, 5)
+	select {
+	case <-h.Ready():
+		t.Fatal("ready before any status")
+	default:
+	}
+	h.Update(items(Healthy))
+	h.Update(items(Healthy))
+	select {
+	case <-h.Ready():
+	default:
+		t.Fatal("not ready after an update")
+	}
+}

@@ -94,6 +94,20 @@ func (g *Gateway) parseHeartbeat(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// firstStatusWait bounds how long a request made right after start-up waits for the collector's
+// first status instead of getting an empty snapshot.
+const firstStatusWait = 10 * time.Second
+
+func (g *Gateway) waitReady(ctx context.Context) {
+	t := time.NewTimer(firstStatusWait)
+	defer t.Stop()
+	select {
+	case <-g.hub.Ready():
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // ServeHTTP serves GET /api/agents/control-plane/status/stream.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -143,6 +157,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Retry", fmt.Sprint(retryMillis))
 	w.WriteHeader(http.StatusOK)
 
+	g.waitReady(r.Context())
 	initial, sub := g.hub.Subscribe(since, false)
 	defer sub.Close()
 	write := func(ev health.Event) error {
@@ -199,10 +214,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // GetControlPlaneStatus returns the current status.
-func (g *Gateway) GetControlPlaneStatus(_ context.Context, req *jangarv1.GetControlPlaneStatusRequest) (*jangarv1.ControlPlaneStatus, error) {
+func (g *Gateway) GetControlPlaneStatus(ctx context.Context, req *jangarv1.GetControlPlaneStatusRequest) (*jangarv1.ControlPlaneStatus, error) {
 	if ns := req.GetNamespace(); ns != "" && ns != g.namespace {
 		return nil, status.Errorf(codes.FailedPrecondition, "this gateway reports namespace %q, not %q", g.namespace, ns)
 	}
+	g.waitReady(ctx)
 	cur := g.hub.Current()
 	return &jangarv1.ControlPlaneStatus{GeneratedAt: timestamppb.New(cur.GeneratedAt), Items: toProto(cur.Items)}, nil
 }
@@ -231,6 +247,7 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 	defer g.active.Add(-1)
 	g.metrics.active.WithLabelValues("grpc").Inc()
 	defer g.metrics.active.WithLabelValues("grpc").Dec()
+	g.waitReady(stream.Context())
 	initial, sub := g.hub.Subscribe(req.GetCursor(), req.GetFollowOnly())
 	defer sub.Close()
 	send := func(ev health.Event) error {
