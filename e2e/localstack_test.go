@@ -278,6 +278,27 @@ func TestLocalControlPlane(t *testing.T) {
 		t.Fatalf("stream ended before every component was healthy: %v", state)
 	})
 
+	t.Run("agentctl shows the same health in grpc and kube mode", func(t *testing.T) {
+		agentctl := binPath(t, "agentctl")
+		out, err := run(ctx, t, nil, agentctl, "status", "--server", fmt.Sprintf("127.0.0.1:%d", 50051+offset))
+		if err != nil || !strings.HasPrefix(out, "COMPONENT                NAMESPACE  STATUS     MESSAGE\n") {
+			t.Fatalf("agentctl status (grpc): %v\n%s", err, out)
+		}
+		for _, want := range []string{"status-writer            agents     healthy", "database                 agents     healthy", "crds                     agents     healthy"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("grpc status lacks %q:\n%s", want, out)
+			}
+		}
+		out, err = run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "status", "-o", "ndjson")
+		if err != nil || !strings.Contains(out, `"type":"snapshot"`) || !strings.Contains(out, `"component":"crds","namespace":"agents","status":"healthy"`) {
+			t.Fatalf("agentctl status (kube): %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, agentctl, "status", "watch", "--server", fmt.Sprintf("127.0.0.1:%d", 50051+offset), "--heartbeat", "1s", "--timeout", "3s")
+		if err != nil || !strings.Contains(out, "---\nHEARTBEAT ") {
+			t.Fatalf("agentctl status watch: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("make up again is harmless", func(t *testing.T) {
 		out, err := makeLocal("up", dir)
 		if err != nil || !strings.Contains(out, "etcd already running") {
