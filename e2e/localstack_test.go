@@ -243,7 +243,7 @@ func TestLocalControlPlane(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(sctx, http.MethodGet,
-			fmt.Sprintf("http://127.0.0.1:%d/api/agents/control-plane/status/stream?format=ndjson&heartbeat=1s", 8101+offset), nil)
+			fmt.Sprintf("http://127.0.0.1:%d/api/agents/control-plane/status/stream?format=ndjson&heartbeat=1s", 18101+offset), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -40,7 +40,7 @@ type Config struct {
 // LoadConfig reads JANGAR_HTTP_ADDR and JANGAR_WATCH_*.
 func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	c := Config{
-		HTTPAddr:        env.String("JANGAR_HTTP_ADDR", "127.0.0.1:8101"),
+		HTTPAddr:        env.String("JANGAR_HTTP_ADDR", "127.0.0.1:18101"),
 		Heartbeat:       env.Duration("JANGAR_WATCH_HEARTBEAT", 30*time.Second),
 		Debounce:        env.Duration("JANGAR_WATCH_DEBOUNCE", 500*time.Millisecond),
 		Window:          env.Int("JANGAR_WATCH_WINDOW", 1024),
