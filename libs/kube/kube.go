@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -66,4 +68,27 @@ func Instrument(cfg *rest.Config) {
 			return "k8s " + r.Method + " " + r.URL.Path
 		}))
 	})
+}
+
+// Clients are the typed and dynamic clients a service talks to the API server with.
+type Clients struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+}
+
+// NewClients builds both clients from the service's configuration (ForService).
+func NewClients(c config.Service) (Clients, error) {
+	cfg, err := ForService(c)
+	if err != nil {
+		return Clients{}, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("dynamic client: %w", err)
+	}
+	return Clients{Kube: kc, Dynamic: dyn}, nil
 }

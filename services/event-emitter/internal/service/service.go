@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/kube"
@@ -66,18 +63,11 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := kube.ForService(rt.Config)
+	clients, err := kube.NewClients(rt.Config)
 	if err != nil {
 		return err
 	}
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+	kc, dyn := clients.Kube, clients.Dynamic
 	rdb, err := redisx.New(c.RedisURL, c.RedisPassword, redisx.Options{Timeout: c.RedisTimeout, PoolSize: 64})
 	if err != nil {
 		return err

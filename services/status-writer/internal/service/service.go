@@ -3,9 +3,6 @@ package service
 
 import (
 	"context"
-	"fmt"
-
-	"k8s.io/client-go/dynamic"
 
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/kube"
@@ -15,15 +12,11 @@ import (
 
 // Setup registers the StatusWriter gRPC service.
 func Setup(_ context.Context, rt *app.Runtime) error {
-	cfg, err := kube.ForService(rt.Config)
+	clients, err := kube.NewClients(rt.Config)
 	if err != nil {
 		return err
 	}
-	client, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	w := writer.New(client, writer.Options{Metrics: writer.NewMetrics(rt.Registry)})
+	w := writer.New(clients.Dynamic, writer.Options{Metrics: writer.NewMetrics(rt.Registry)})
 	pb.RegisterStatusWriterServer(rt.GRPC, writer.NewServer(w))
 	rt.SetServing(pb.StatusWriter_ServiceDesc.ServiceName, true)
 	return nil

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
@@ -76,18 +74,11 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := kube.ForService(rt.Config)
+	clients, err := kube.NewClients(rt.Config)
 	if err != nil {
 		return err
 	}
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+	kc, dyn := clients.Kube, clients.Dynamic
 	var rdb *redis.Client
 	redisAddr := ""
 	if c.RedisURL != "" {
