@@ -258,8 +258,15 @@ func isLeaderElectionRole(o manifest) bool {
 	return true
 }
 
+// isStatusViewerRole tells watch-gateway's Role for operators to bind: get and watch of the
+// virtual controlplane/status, nothing else.
+func isStatusViewerRole(o manifest) bool {
+	return o.Kind == "Role" && len(o.Rules) == 1 && slices.Equal(o.Rules[0].APIGroups, []string{"agents.proompteng.ai"}) &&
+		slices.Equal(o.Rules[0].Resources, []string{"controlplane/status"}) && slices.Equal(o.Rules[0].Verbs, []string{"get", "watch"})
+}
+
 // isClusterReader tells watch-gateway's ClusterRole, which may only read the agentplane CRDs and
-// the watched namespaces by name (plus token and access reviews when auth.mode=token).
+// the watched namespaces by name (plus TokenReviews when auth.mode=token).
 func isClusterReader(o manifest) bool {
 	if o.Kind != "ClusterRole" {
 		return false
@@ -278,7 +285,7 @@ func isClusterReader(o manifest) bool {
 				if len(r.ResourceNames) == 0 {
 					return false
 				}
-			case "tokenreviews", "subjectaccessreviews":
+			case "tokenreviews":
 				if !slices.Equal(r.Verbs, []string{"create"}) {
 					return false
 				}
@@ -488,8 +495,8 @@ func TestCharts(t *testing.T) {
 					t.Error("rbac.clusterScoped=true rendered no ClusterRoleBinding")
 				}
 				for _, o := range ofKind(objs, "Role") {
-					if !isLeaderElectionRole(o) {
-						t.Errorf("%s: with rbac.clusterScoped=true only the leader-election Role stays", o)
+					if !isLeaderElectionRole(o) && !isStatusViewerRole(o) {
+						t.Errorf("%s: with rbac.clusterScoped=true only the leader-election Role (and watch-gateway's status-viewer Role for others to bind) stays", o)
 					}
 				}
 				checkBindings(t, objs)
@@ -507,5 +514,64 @@ func TestCharts(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestWatchGatewayChartAccess renders each auth.mode: protected streams listen everywhere with
+// the RBAC their checks need; unprotected ones listen on loopback only; mtls without its
+// certificates is refused with a message.
+func TestWatchGatewayChartAccess(t *testing.T) {
+	h := newHelmEnv(t)
+	const chart = "watch-gateway"
+	grants := func(objs []manifest, kind, resource string) bool {
+		for _, o := range ofKind(objs, kind) {
+			for _, r := range o.Rules {
+				if slices.Contains(r.Resources, resource) && slices.Equal(r.Verbs, []string{"create"}) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	viewer := func(objs []manifest) bool {
+		for _, o := range ofKind(objs, "Role") {
+			if isStatusViewerRole(o) {
+				return true
+			}
+		}
+		return false
+	}
+
+	token := h.template(t, chart) // the default
+	wantEnv(t, token, "JANGAR_WATCH_AUTH_MODE", "token")
+	wantEnv(t, token, "JANGAR_HTTP_ADDR", "0.0.0.0:8080")
+	wantEnv(t, token, "JANGAR_GRPC_HOST", "0.0.0.0")
+	if !grants(token, "ClusterRole", "tokenreviews") || !grants(token, "Role", "localsubjectaccessreviews") {
+		t.Error("auth.mode=token: the gateway may not create TokenReviews (ClusterRole) and LocalSubjectAccessReviews (Role)")
+	}
+	if grants(token, "ClusterRole", "subjectaccessreviews") {
+		t.Error("auth.mode=token: cluster-wide SubjectAccessReviews granted; the namespaced kind is enough")
+	}
+	if !viewer(token) {
+		t.Error("auth.mode=token: no status-viewer Role to bind")
+	}
+	if _, ok := envOf(t, token, "JANGAR_WATCH_TLS_CERT_FILE"); ok {
+		t.Error("TLS configured without tls.secretName")
+	}
+
+	none := h.template(t, chart, "--set", "auth.mode=none")
+	wantEnv(t, none, "JANGAR_HTTP_ADDR", "127.0.0.1:8080")
+	wantEnv(t, none, "JANGAR_GRPC_HOST", "127.0.0.1")
+	if grants(none, "ClusterRole", "tokenreviews") || grants(none, "Role", "localsubjectaccessreviews") || viewer(none) {
+		t.Error("auth.mode=none still grants review rights or renders the viewer Role")
+	}
+
+	wantRefused(t, h, chart, "tls.secretName", "--set", "auth.mode=mtls")
+	mtls := h.template(t, chart, "--set", "auth.mode=mtls", "--set", "tls.secretName=gw-tls", "--set", "tls.clientCA.secretName=gw-client-ca")
+	wantEnv(t, mtls, "JANGAR_HTTP_ADDR", "0.0.0.0:8080")
+	wantEnv(t, mtls, "JANGAR_WATCH_TLS_CERT_FILE", "/etc/watch-gateway/tls/tls.crt")
+	wantEnv(t, mtls, "JANGAR_WATCH_TLS_CLIENT_CA_FILE", "/etc/watch-gateway/client-ca/ca.crt")
+	if grants(mtls, "ClusterRole", "tokenreviews") {
+		t.Error("auth.mode=mtls grants TokenReviews")
 	}
 }

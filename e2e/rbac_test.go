@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +31,7 @@ import (
 // run's spec.
 func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	root := repoRoot(t)
-	helm := mustExist(t, filepath.Join(root, "bin", "tools", "helm", "v3.22.0", "helm"), "tools")
+	helm := mustExist(t, filepath.Join(root, helmPath), "tools")
 	kube, err := testenv.StartKube()
 	if err != nil {
 		t.Fatal(err)
@@ -62,17 +65,7 @@ func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 
 	// A kubeconfig that acts as the chart's ServiceAccount.
 	const sa = "system:serviceaccount:granted:status-writer"
-	cfg, err := clientcmd.LoadFromFile(kube.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range cfg.AuthInfos {
-		u.Impersonate = sa
-	}
-	asSA := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, asSA); err != nil {
-		t.Fatal(err)
-	}
+	asSA := impersonating(t, kube.Kubeconfig, sa)
 	if out, err := kubectl("--as", sa, "-n", "granted", "patch", "agentrun", "hello", "--type=merge", "-p", `{"spec":{"parameters":{"x":"y"}}}`); err == nil || !strings.Contains(out, "forbidden") {
 		t.Fatalf("the ServiceAccount may edit a run's spec: %v %s", err, out)
 	}
@@ -110,4 +103,159 @@ func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	if err := write("elsewhere"); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("write outside the granted namespace: %v, want PermissionDenied", err)
 	}
+}
+
+// TestWatchGatewayChartRBACServesTokenAccess installs the watch-gateway chart (auth.mode=token,
+// its default) on a real API server and runs the binary as the chart's ServiceAccount: with only
+// the chart's RBAC it reads what it reports on, reviews callers' tokens, refuses a token whose
+// user is not bound to the chart's status-viewer Role and streams to one that is.
+func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
+	root := repoRoot(t)
+	helm := mustExist(t, filepath.Join(root, helmPath), "tools")
+	kube, err := testenv.StartKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kube.Stop()
+	ctx := context.Background()
+	kubectl := func(args ...string) (string, error) {
+		out, errOut, err := kube.RunKubectl(ctx, args...)
+		return out + errOut, err
+	}
+	if out, err := kubectl("create", "namespace", "granted"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	manifest, err := exec.Command(helm, "template", "watch-gateway", filepath.Join(root, "charts", "watch-gateway"), "-n", "granted").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	chart := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := os.WriteFile(chart, manifest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl("apply", "-n", "granted", "-f", chart); err != nil {
+		t.Fatalf("apply chart: %v %s", err, out)
+	}
+	asSA := impersonating(t, kube.Kubeconfig, "system:serviceaccount:granted:watch-gateway")
+
+	grpcPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath(t, "watch-gateway"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+asSA, "POD_NAMESPACE=granted", "JANGAR_WATCH_AUTH_MODE=token",
+		"JANGAR_GRPC_PORT="+strconv.Itoa(grpcPort), "JANGAR_METRICS_ADDR=127.0.0.1:0",
+		fmt.Sprintf("JANGAR_HTTP_ADDR=127.0.0.1:%d", httpPort))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	url := fmt.Sprintf("http://127.0.0.1:%d/api/agents/control-plane/status/stream", httpPort)
+
+	if out, err := kubectl("-n", "granted", "create", "serviceaccount", "operator"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	token, err := kubectl("-n", "granted", "create", "token", "operator")
+	if err != nil {
+		t.Fatalf("%v %s", err, token)
+	}
+	token = strings.TrimSpace(token)
+	stream := func() (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		client := &http.Client{Timeout: 15 * time.Second}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := client.Do(req)
+			if err != nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("watch-gateway never answered: %v\n%s", err, stderr.String())
+				}
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					return resp.StatusCode, data
+				}
+			}
+			return resp.StatusCode, ""
+		}
+	}
+	if code, body := stream(); code != http.StatusForbidden || !strings.Contains(body, "watch-gateway-status-viewer") && !strings.Contains(body, "controlplane/status") {
+		t.Fatalf("unbound token: %d %q, want 403 naming the grant", code, body)
+	}
+	if out, err := kubectl("-n", "granted", "create", "rolebinding", "operator-status", "--role", "watch-gateway-status-viewer",
+		"--serviceaccount", "granted:operator"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second) // the gateway caches a refusal for a few seconds
+	for {
+		code, body := stream()
+		if code == http.StatusOK {
+			for _, want := range []string{`"component":"namespace","namespace":"granted","status":"healthy"`, `"component":"crds","namespace":"granted","status":"healthy"`,
+				`"component":"kube-apiserver","namespace":"granted","status":"healthy"`} {
+				if !strings.Contains(body, want) {
+					t.Fatalf("snapshot lacks %s (the chart's RBAC is not enough to read it):\n%s", want, body)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bound token: %d %q", code, body)
+		}
+		time.Sleep(time.Second)
+	}
+
+	// agentctl over gRPC: refused without the token, served with it (--token and --token-file).
+	agentctl := binPath(t, "agentctl")
+	server := fmt.Sprintf("127.0.0.1:%d", grpcPort)
+	out, err := exec.Command(agentctl, "status", "--server", server, "--timeout", "10s").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "bearer token is required") {
+		t.Fatalf("agentctl without a token: %v\n%s", err, out)
+	}
+	out, err = exec.Command(agentctl, "status", "--server", server, "--token", token, "-o", "json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"component": "crds"`) && !strings.Contains(string(out), `"component":"crds"`) {
+		t.Fatalf("agentctl --token: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), token) {
+		t.Fatal("agentctl printed the token")
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(agentctl, "status", "--server", server, "--token-file", tokenFile).CombinedOutput(); err != nil || !strings.Contains(string(out), "crds") {
+		t.Fatalf("agentctl --token-file: %v\n%s", err, out)
+	}
+}
+
+// impersonating writes a copy of kubeconfig that acts as user.
+func impersonating(t *testing.T, kubeconfig, user string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range cfg.AuthInfos {
+		u.Impersonate = user
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

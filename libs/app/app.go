@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agentplane/agentplane/libs/config"
@@ -38,6 +39,9 @@ type Options struct {
 	// Setup registers the service's gRPC services, HTTP handlers and background tasks. It runs
 	// before anything listens; an error stops the service before it serves.
 	Setup func(ctx context.Context, rt *Runtime) error
+	// GRPCServerOptions, when set, adds options to the gRPC server before Setup runs: transport
+	// credentials, for one.
+	GRPCServerOptions func(cfg config.Service) ([]grpc.ServerOption, error)
 	// Listening, when set, is told the bound addresses (tests bind port 0).
 	Listening func(grpcAddr, metricsAddr net.Addr)
 	// Signals that stop the service; defaults to SIGTERM and SIGINT.
@@ -79,12 +83,18 @@ func (rt *Runtime) SetServing(service string, serving bool) {
 // Main is what a service's main function calls: it loads the common configuration, runs the
 // service and exits non-zero with the error on failure.
 func Main(name string, grpcPort, metricsPort int, setup func(ctx context.Context, rt *Runtime) error) {
+	MainOptions(name, grpcPort, metricsPort, Options{Setup: setup})
+}
+
+// MainOptions is Main with more options; o.Config is loaded here.
+func MainOptions(name string, grpcPort, metricsPort int, o Options) {
 	cfg, err := config.LoadService(config.FromOS(), name, grpcPort, metricsPort)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := Run(context.Background(), Options{Config: cfg, Setup: setup}); err != nil {
+	o.Config = cfg
+	if err := Run(context.Background(), o); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
@@ -108,7 +118,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	reg := metrics.NewRegistry()
-	rt := &Runtime{Config: cfg, Logger: log, Registry: reg, GRPC: grpcx.NewServer(reg), Mux: http.NewServeMux()}
+	var serverOpts []grpc.ServerOption
+	if o.GRPCServerOptions != nil {
+		if serverOpts, err = o.GRPCServerOptions(cfg); err != nil {
+			return err
+		}
+	}
+	rt := &Runtime{Config: cfg, Logger: log, Registry: reg, GRPC: grpcx.NewServer(reg, serverOpts...), Mux: http.NewServeMux()}
 	rt.SetServing("", false)
 	if o.Setup != nil {
 		if err := o.Setup(ctx, rt); err != nil {

@@ -1,12 +1,13 @@
 package health
 
-// The collector learns control-plane changes from Kubernetes watches and from each service's
-// grpc.health.v1 Watch stream (push, not poll) and folds them into the model after a debounce
-// window. watch-gateway runs it for every client; agentctl's kube mode runs it locally.
+// The collector learns control-plane changes from Kubernetes watches (namespace, Deployments,
+// Pods, CRDs) and from each service's grpc.health.v1 Watch stream (push, not poll) and folds
+// them into the model after a debounce window. watch-gateway runs it for every client; agentctl's kube mode runs it locally.
 
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -49,6 +51,10 @@ type CollectorOptions struct {
 	RedisInterval   time.Duration
 	TemporalAddress string
 	GRPCAddress     string
+	// Self is the name of the service running this collector (watch-gateway): it is serving as
+	// long as it reports, so its health is not dialled (its gRPC may demand client
+	// certificates the collector does not hold).
+	Self string
 }
 
 // Collector keeps the latest Observation and feeds the hub.
@@ -61,9 +67,16 @@ type Collector struct {
 	mu      sync.Mutex
 	obs     Observation
 	deploys map[string]appsv1.Deployment
+	pods    map[string]podState // by pod name
 	svc     map[string]*svcHealth
 	watched map[string]context.CancelFunc
 	changed chan struct{}
+}
+
+// podState is what one agentplane Pod says about its service.
+type podState struct {
+	service  string
+	problems []string
 }
 
 type svcHealth struct {
@@ -84,7 +97,7 @@ func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *Hub, o Co
 	if o.ServicePort == "" {
 		o.ServicePort = "50051"
 	}
-	c := &Collector{o: o, kc: kc, dyn: dyn, hub: hub, deploys: map[string]appsv1.Deployment{}, svc: map[string]*svcHealth{},
+	c := &Collector{o: o, kc: kc, dyn: dyn, hub: hub, deploys: map[string]appsv1.Deployment{}, pods: map[string]podState{}, svc: map[string]*svcHealth{},
 		watched: map[string]context.CancelFunc{}, changed: make(chan struct{}, 1)}
 	c.obs = Observation{Namespace: o.Namespace, RedisAddress: o.RedisAddress, TemporalAddress: o.TemporalAddress, GRPCAddress: o.GRPCAddress}
 	return c
@@ -153,6 +166,37 @@ func (c *Collector) Run(ctx context.Context) error {
 		},
 	})
 
+	// agentplane's Pods: what readiness does not say (crash loops, image pulls, OOM kills).
+	podInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithNamespace(c.o.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = PartOfSelector })).Core().V1().Pods().Informer()
+	_ = podInf.SetWatchErrorHandler(watchErr)
+	onPod := func(obj any) {
+		if p, isPod := obj.(*corev1.Pod); isPod {
+			st := podState{service: podService(p), problems: PodProblems(p)}
+			c.mu.Lock()
+			prev, had := c.pods[p.Name]
+			c.pods[p.Name] = st
+			c.mu.Unlock()
+			if !had || !slices.Equal(prev.problems, st.problems) {
+				c.poke()
+			}
+		}
+	}
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onPod, UpdateFunc: func(_, n any) { onPod(n) },
+		DeleteFunc: func(obj any) {
+			if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+				obj = t.Obj
+			}
+			if p, isPod := obj.(*corev1.Pod); isPod {
+				c.mu.Lock()
+				delete(c.pods, p.Name)
+				c.mu.Unlock()
+				c.poke()
+			}
+		},
+	})
+
 	// CRDs: agentplane's, and Argo's Workflow for runtime:workflow.
 	crdInf := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0).ForResource(crdGVR).Informer()
 	_ = crdInf.SetWatchErrorHandler(watchErr)
@@ -186,6 +230,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	go nsInf.Run(ctx.Done())
 	go depInf.Run(ctx.Done())
+	go podInf.Run(ctx.Done())
 	go crdInf.Run(ctx.Done())
 	go c.watchRedis(ctx)
 	go c.checkJobAPI(ctx)
@@ -223,9 +268,19 @@ func (c *Collector) observation() Observation {
 	for n := range c.o.Targets {
 		names[n] = true
 	}
+	problems := map[string][]string{}
+	for name, p := range c.pods {
+		for _, pr := range p.problems {
+			problems[p.service] = append(problems[p.service], name+": "+pr)
+		}
+	}
 	o.Services = nil
 	for n := range names {
 		s := Service{Name: n}
+		if p := problems[n]; len(p) > 0 {
+			sort.Strings(p)
+			s.PodProblems = p
+		}
 		if d, found := c.deploys[n]; found {
 			s.Deployment = true
 			s.Desired = 1
@@ -245,6 +300,45 @@ func (c *Collector) observation() Observation {
 	}
 	sort.Slice(o.Services, func(i, j int) bool { return o.Services[i].Name < o.Services[j].Name })
 	return o
+}
+
+// PodProblems lists what a Pod's containers show beyond not being ready: waiting reasons other
+// than starting up, and the last termination when it was not a clean exit.
+func PodProblems(p *corev1.Pod) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(r string) {
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	if p.Status.Phase == corev1.PodFailed {
+		add("pod failed" + suffix(p.Status.Reason))
+	}
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+			add(w.Reason)
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
+			add("OOMKilled")
+		}
+	}
+	return out
+}
+
+func suffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " (" + reason + ")"
+}
+
+func podService(p *corev1.Pod) string {
+	if n := p.Labels["app.kubernetes.io/name"]; n != "" {
+		return n
+	}
+	return p.Name
 }
 
 func serviceName(d *appsv1.Deployment) string {
@@ -272,6 +366,10 @@ func (c *Collector) ensureWatch(ctx context.Context, name string) {
 	c.watched[name] = cancel
 	c.svc[name] = &svcHealth{subsystems: map[string]string{}}
 	c.mu.Unlock()
+	if name == c.o.Self {
+		c.setHealth(name, "", "SERVING")
+		return
+	}
 	go c.followHealth(wctx, name)
 }
 

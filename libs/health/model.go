@@ -90,6 +90,9 @@ type Service struct {
 	// Subsystems maps health service names the service exposes besides its own (for example
 	// agentplane.v1.EventEmitter/redis) to their status.
 	Subsystems map[string]string
+	// PodProblems are what its Pods show that readiness alone does not say, one "pod: reason"
+	// each (CrashLoopBackOff, ImagePullBackOff, OOMKilled, ...), sorted.
+	PodProblems []string
 }
 
 // Compute maps an observation to the component list, in display order. Messages are redacted:
@@ -194,9 +197,23 @@ func toAny(s []string) []any {
 	return out
 }
 
+// maxPodProblems bounds how many pod problems a message lists.
+const maxPodProblems = 3
+
+func podProblems(p []string) string {
+	if len(p) <= maxPodProblems {
+		return strings.Join(p, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(p[:maxPodProblems], ", "), len(p)-maxPodProblems)
+}
+
 func serviceStatus(s Service) (Status, string) {
 	if s.Deployment && s.Desired > 0 && s.Ready == 0 {
-		return Error, fmt.Sprintf("0/%d replicas ready", s.Desired)
+		msg := fmt.Sprintf("0/%d replicas ready", s.Desired)
+		if len(s.PodProblems) > 0 {
+			msg += ": " + podProblems(s.PodProblems)
+		}
+		return Error, msg
 	}
 	switch s.Health {
 	case "NOT_SERVING":
@@ -220,6 +237,9 @@ func serviceStatus(s Service) (Status, string) {
 	sort.Strings(down)
 	if len(down) > 0 {
 		return Degraded, strings.Join(down, ", ") + " not serving"
+	}
+	if len(s.PodProblems) > 0 {
+		return Degraded, podProblems(s.PodProblems)
 	}
 	if s.Deployment && s.Ready < s.Desired {
 		return Degraded, fmt.Sprintf("%d/%d replicas ready", s.Ready, s.Desired)

@@ -52,6 +52,16 @@ func TestCompute(t *testing.T) {
 		{"no replicas", func(o *Observation) { o.Services[0].Ready = 0 }, "status-writer", Error, "0/2"},
 		{"not serving", func(o *Observation) { o.Services[0].Health = "NOT_SERVING" }, "status-writer", Error, "not serving"},
 		{"subsystem down", func(o *Observation) { o.Services[1].Subsystems["agentplane.v1.EventEmitter/redis"] = "NOT_SERVING" }, "event-emitter", Degraded, "redis"},
+		{"pods crash, none ready", func(o *Observation) {
+			o.Services[0].Ready = 0
+			o.Services[0].PodProblems = []string{"status-writer-a: CrashLoopBackOff", "status-writer-b: CrashLoopBackOff"}
+		}, "status-writer", Error, "0/2 replicas ready: status-writer-a: CrashLoopBackOff, status-writer-b"},
+		{"one pod crashes, still ready", func(o *Observation) {
+			o.Services[0].PodProblems = []string{"status-writer-b: OOMKilled"}
+		}, "status-writer", Degraded, "status-writer-b: OOMKilled"},
+		{"many pod problems are cut", func(o *Observation) {
+			o.Services[0].PodProblems = []string{"a: x", "b: x", "c: x", "d: x", "e: x"}
+		}, "status-writer", Degraded, "c: x and 2 more"},
 		{"local process, serving", func(o *Observation) { o.Services[0] = Service{Name: "status-writer", Health: "SERVING"} }, "status-writer", Healthy, ""},
 		{"local process, unreachable", func(o *Observation) { o.Services[0] = Service{Name: "status-writer", Health: "UNREACHABLE"} }, "status-writer", Error, "unreachable"},
 		{"redis down", func(o *Observation) { o.RedisErr = errors.New("dial tcp: connection refused") }, ComponentDatabase, Degraded, "refused"},

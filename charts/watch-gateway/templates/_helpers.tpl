@@ -83,7 +83,7 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
     fieldRef:
       fieldPath: metadata.namespace
 - name: JANGAR_GRPC_HOST
-  value: "0.0.0.0"
+  value: {{ include "watch-gateway.bindHost" . | quote }}
 - name: JANGAR_GRPC_PORT
   value: {{ .Values.grpc.port | int | quote }}
 - name: JANGAR_METRICS_ADDR
@@ -101,13 +101,27 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ . | quote }}
 {{- end }}
 - name: JANGAR_HTTP_ADDR
-  value: {{ printf "0.0.0.0:%d" (.Values.http.port | int) | quote }}
+  value: {{ printf "%s:%d" (include "watch-gateway.bindHost" .) (.Values.http.port | int) | quote }}
 - name: JANGAR_WATCH_HEARTBEAT
   value: {{ .Values.heartbeat | quote }}
 - name: JANGAR_WATCH_DEBOUNCE
   value: {{ .Values.debounce | quote }}
 - name: JANGAR_WATCH_AUTH_MODE
   value: {{ .Values.auth.mode | quote }}
+{{- with .Values.auth.audiences }}
+- name: JANGAR_WATCH_AUTH_AUDIENCES
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- if .Values.tls.secretName }}
+- name: JANGAR_WATCH_TLS_CERT_FILE
+  value: /etc/watch-gateway/tls/tls.crt
+- name: JANGAR_WATCH_TLS_KEY_FILE
+  value: /etc/watch-gateway/tls/tls.key
+{{- end }}
+{{- if eq .Values.auth.mode "mtls" }}
+- name: JANGAR_WATCH_TLS_CLIENT_CA_FILE
+  value: /etc/watch-gateway/client-ca/{{ .Values.tls.clientCA.key }}
+{{- end }}
 {{- with .Values.redis.url }}
 - name: JANGAR_REDIS_URL
   value: {{ . | quote }}
@@ -133,4 +147,18 @@ with rbac.clusterScoped).
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch"]
+{{- if eq .Values.auth.mode "token" }}
+# auth.mode=token: ask whether a caller may read controlplane/status in this namespace.
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["localsubjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
+{{- end }}
+
+{{/*
+Where the streams listen: every interface when they are protected (auth.mode token or mtls),
+else loopback only (reach them with kubectl port-forward, which connects to the pod's loopback).
+*/}}
+{{- define "watch-gateway.bindHost" -}}
+{{- if eq .Values.auth.mode "none" -}}127.0.0.1{{- else -}}0.0.0.0{{- end -}}
 {{- end }}

@@ -32,8 +32,12 @@ type grpcSource struct {
 	namespace string
 }
 
-func newGRPCSource(addr, namespace string) (*grpcSource, error) {
-	conn, err := grpcx.Dial(addr, grpcx.ClientOptions{})
+func newGRPCSource(addr, namespace string, a grpcAccess) (*grpcSource, error) {
+	opts, err := a.dialOptions()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpcx.Dial(addr, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to watch-gateway at %s: %w", addr, err)
 	}

@@ -22,6 +22,7 @@ type statusOptions struct {
 	watch, followOnly, retry, fallbackPoll, debug bool
 	output, transport, since, server              string
 	heartbeat, retryBackoff, timeout              time.Duration
+	access                                        grpcAccess
 }
 
 const maxBackoff = 30 * time.Second
@@ -40,6 +41,12 @@ func addStatusFlags(cmd *cobra.Command, o *statusOptions, defaultOutput string) 
 	f.StringVar(&o.transport, "transport", "", "kube (default) or grpc (default when --server or AGENTCTL_SERVER is set)")
 	f.StringVar(&o.server, "server", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address for --transport grpc")
 	f.BoolVar(&o.debug, "debug", false, "log transport, cursor and reconnects to stderr")
+	f.StringVar(&o.access.token, "token", os.Getenv("AGENTCTL_TOKEN"), "bearer token for watch-gateway (--transport grpc; env AGENTCTL_TOKEN)")
+	f.StringVar(&o.access.tokenFile, "token-file", "", "file holding the bearer token for watch-gateway (--transport grpc)")
+	f.StringVar(&o.access.caFile, "tls-ca", os.Getenv("AGENTCTL_TLS_CA"), "CA certificate to verify watch-gateway's TLS; setting any --tls-* flag turns TLS on (env AGENTCTL_TLS_CA)")
+	f.StringVar(&o.access.certFile, "tls-cert", os.Getenv("AGENTCTL_TLS_CERT"), "client certificate for mTLS to watch-gateway (env AGENTCTL_TLS_CERT)")
+	f.StringVar(&o.access.keyFile, "tls-key", os.Getenv("AGENTCTL_TLS_KEY"), "client key for mTLS to watch-gateway (env AGENTCTL_TLS_KEY)")
+	f.StringVar(&o.access.serverName, "tls-server-name", "", "name to verify watch-gateway's certificate against (default: the --server host)")
 }
 
 func newStatusCommand(g *globalOptions) *cobra.Command {
@@ -120,7 +127,7 @@ func runStatus(cmd *cobra.Command, g *globalOptions, o *statusOptions) error {
 	var src source
 	ns := g.namespace // grpc: empty means the gateway's own namespace
 	if o.transport == "grpc" {
-		if src, err = newGRPCSource(o.server, ns); err != nil {
+		if src, err = newGRPCSource(o.server, ns, o.access); err != nil {
 			return err
 		}
 	} else {

@@ -2,7 +2,9 @@
 // GET /api/agents/control-plane/status/stream and gRPC AgentctlService.WatchControlPlaneStatus.
 //
 // Configuration: JANGAR_HTTP_ADDR, JANGAR_WATCH_HEARTBEAT, JANGAR_WATCH_DEBOUNCE,
-// JANGAR_WATCH_TARGETS, JANGAR_REDIS_URL and the common JANGAR_GRPC_*, KUBECONFIG, OTEL_*.
+// JANGAR_WATCH_TARGETS, JANGAR_WATCH_AUTH_MODE (none|token|mtls), JANGAR_WATCH_AUTH_AUDIENCES,
+// JANGAR_WATCH_AUTH_RECHECK, JANGAR_WATCH_TLS_{CERT,KEY,CLIENT_CA}_FILE, JANGAR_REDIS_URL and the
+// common JANGAR_GRPC_*, KUBECONFIG, OTEL_*.
 package main
 
 import (
@@ -11,5 +13,5 @@ import (
 )
 
 func main() {
-	app.Main("watch-gateway", 50051, 9101, service.Setup)
+	app.MainOptions("watch-gateway", 50051, 9101, app.Options{Setup: service.Setup, GRPCServerOptions: service.GRPCServerOptions})
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/r3labs/sse/v2"
 	"github.com/redis/go-redis/v9"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -31,6 +34,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("BENCH_SSE_URL") != "" {
+		os.Exit(m.Run()) // the watcher process of BenchmarkSSEWatchers needs no API server
+	}
 	os.Exit(func() int {
 		var err error
 		if env, err = testenv.StartKube(); err != nil {
@@ -62,9 +68,16 @@ func fakeService(t *testing.T) (addr string, stop func()) {
 type stack struct {
 	url string
 	hub *health.Hub
+	gw  *Gateway
 }
 
 func startGateway(t *testing.T, targets map[string]string, heartbeat time.Duration, maxStreams int) stack {
+	t.Helper()
+	return startGatewayWith(t, targets, heartbeat, maxStreams, nil)
+}
+
+// startGatewayWith lets configure change the gateway (access control) before it serves.
+func startGatewayWith(t *testing.T, targets map[string]string, heartbeat time.Duration, maxStreams int, configure func(*Gateway)) stack {
 	t.Helper()
 	kc := kubernetes.NewForConfigOrDie(env.Config)
 	dyn := dynamic.NewForConfigOrDie(env.Config)
@@ -77,11 +90,14 @@ func startGateway(t *testing.T, targets map[string]string, heartbeat time.Durati
 	t.Cleanup(cancel)
 	go func() { _ = c.Run(ctx) }()
 	gw := NewGateway(hub, "default", heartbeat, maxStreams, nil)
+	if configure != nil {
+		configure(gw)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+StreamPath, gw)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return stack{url: srv.URL + StreamPath, hub: hub}
+	return stack{url: srv.URL + StreamPath, hub: hub, gw: gw}
 }
 
 // received is one SSE event as a third-party client library parsed it.
@@ -290,4 +306,72 @@ func TestBadRequestsAndTooManyWatchers(t *testing.T) {
 	if second.StatusCode != http.StatusServiceUnavailable || second.Header.Get("Retry-After") == "" {
 		t.Fatalf("second watcher: %d Retry-After=%q, want 503 with Retry-After", second.StatusCode, second.Header.Get("Retry-After"))
 	}
+}
+
+// TestPodProblemsShowInTheStream: a service's Deployment and Pods are watched, so a crash-looping
+// Pod shows in the live stream with its reason, and its recovery too.
+func TestPodProblemsShowInTheStream(t *testing.T) {
+	st := startGateway(t, nil, 30*time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := subscribe(t, ctx, st.url, "")
+	kc := kubernetes.NewForConfigOrDie(env.Config)
+	labels := map[string]string{"app.kubernetes.io/part-of": "agentplane", "app.kubernetes.io/name": "crashy"}
+	one := int32(1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "crashy", Namespace: "default", Labels: labels},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "crashy"}}}}}}
+	if _, err := kc.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = kc.AppsV1().Deployments("default").Delete(context.Background(), "crashy", metav1.DeleteOptions{})
+	}()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crashy-1", Namespace: "default", Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "crashy"}}}}
+	pod, err := kc.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = kc.CoreV1().Pods("default").Delete(context.Background(), "crashy-1", *metav1.NewDeleteOptions(0))
+	}()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", Image: "crashy", RestartCount: 4,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s"}}}}
+	if pod, err = kc.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	waitForItem := func(what string, cond func(health.Item) bool) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case r := <-events:
+				for _, it := range r.data.Items {
+					if it.Component == "crashy" && cond(it) {
+						msg = it.Message
+						return
+					}
+				}
+			case <-deadline:
+				t.Fatalf("%s: never seen", what)
+			}
+		}
+	}
+	waitForItem("crash loop", func(it health.Item) bool {
+		return it.Status == health.Error && strings.Contains(it.Message, "crashy-1: CrashLoopBackOff")
+	})
+	if !strings.Contains(msg, "0/1 replicas ready") {
+		t.Fatalf("message %q does not say the replicas", msg)
+	}
+
+	// The container comes up: the problem leaves the message.
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	if _, err := kc.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForItem("recovery", func(it health.Item) bool { return !strings.Contains(it.Message, "CrashLoopBackOff") })
 }

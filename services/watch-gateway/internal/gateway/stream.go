@@ -11,12 +11,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentplane/agentplane/libs/health"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 )
 
 // StreamPath is the seed's SSE endpoint.
@@ -39,6 +41,19 @@ type Gateway struct {
 	maxActive int64
 	active    atomic.Int64
 	metrics   *Metrics
+	auth      Authorizer
+	recheck   time.Duration
+}
+
+// Authorizer decides whether a bearer token may read the status (access.Reviewer).
+type Authorizer interface {
+	Check(ctx context.Context, token, verb string) (user string, err error)
+}
+
+// RequireToken makes every stream and status call present a bearer token that auth accepts;
+// open streams are checked again every recheck and end when access is gone.
+func (g *Gateway) RequireToken(auth Authorizer, recheck time.Duration) {
+	g.auth, g.recheck = auth, recheck
 }
 
 var _ jangarv1.AgentctlServiceServer = (*Gateway)(nil)
@@ -48,6 +63,8 @@ type Metrics struct {
 	active   *prometheus.GaugeVec
 	errors   *prometheus.CounterVec
 	Dispatch prometheus.Histogram
+	denied   *prometheus.CounterVec
+	Reviews  *prometheus.CounterVec
 }
 
 // NewMetrics registers them with reg (nil: a private registry).
@@ -60,8 +77,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_stream_errors_total", Help: "Status watches ended by an error, by transport and reason."}, []string{"transport", "reason"}),
 		Dispatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentplane_watch_delta_dispatch_seconds",
 			Help: "Time from a delta's generation to its hand-off to a watcher.", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 20)}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_denied_total", Help: "Requests refused by access control, by transport and reason."}, []string{"transport", "reason"}),
+		Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_reviews_total",
+			Help: "TokenReviews (kind=token) and SubjectAccessReviews (kind=access) sent to the API server; cached decisions are not counted."}, []string{"kind"}),
 	}
-	reg.MustRegister(m.active, m.errors, m.Dispatch)
+	reg.MustRegister(m.active, m.errors, m.Dispatch, m.denied, m.Reviews)
 	return m
 }
 
@@ -137,6 +157,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	token, _ := access.BearerToken(r.Header.Get("Authorization"))
+	if err := g.authorizeHTTP(r.Context(), w, token); err != nil {
+		return
+	}
 	if !g.acquire() {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, "too many status watches; retry later", http.StatusServiceUnavailable)
@@ -185,10 +209,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer heartbeat.Stop()
 	alive := time.NewTicker(keepAlive)
 	defer alive.Stop()
+	recheck, stopRecheck := g.recheckTicker()
+	defer stopRecheck()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-recheck:
+			if err := g.stillAllowed(r.Context(), token, access.VerbWatch); err != nil {
+				g.metrics.errors.WithLabelValues("sse", "access").Inc()
+				_ = write(health.Event{Type: health.ErrorEv, GeneratedAt: time.Now(), Message: err.Error()})
+				return
+			}
 		case ev := <-sub.Events():
 			if write(ev) != nil {
 				g.metrics.errors.WithLabelValues("sse", "write").Inc()
@@ -218,6 +250,9 @@ func (g *Gateway) GetControlPlaneStatus(ctx context.Context, req *jangarv1.GetCo
 	if ns := req.GetNamespace(); ns != "" && ns != g.namespace {
 		return nil, status.Errorf(codes.FailedPrecondition, "this gateway reports namespace %q, not %q", g.namespace, ns)
 	}
+	if err := g.authorizeGRPC(ctx, access.VerbGet); err != nil {
+		return nil, err
+	}
 	g.waitReady(ctx)
 	cur := g.hub.Current()
 	return &jangarv1.ControlPlaneStatus{GeneratedAt: timestamppb.New(cur.GeneratedAt), Items: toProto(cur.Items)}, nil
@@ -241,6 +276,9 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 		}
 		hb = d
 	}
+	if err := g.authorizeGRPC(stream.Context(), access.VerbWatch); err != nil {
+		return err
+	}
 	if !g.acquire() {
 		return status.Error(codes.Unavailable, "too many status watches; retry later")
 	}
@@ -261,10 +299,18 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 	}
 	t := time.NewTicker(hb)
 	defer t.Stop()
+	recheck, stopRecheck := g.recheckTicker()
+	defer stopRecheck()
+	token := grpcToken(stream.Context())
 	for {
 		select {
 		case <-stream.Context().Done():
 			return nil
+		case <-recheck:
+			if err := g.stillAllowed(stream.Context(), token, access.VerbWatch); err != nil {
+				g.metrics.errors.WithLabelValues("grpc", "access").Inc()
+				return grpcAccessError(err)
+			}
 		case ev := <-sub.Events():
 			if err := send(ev); err != nil {
 				g.metrics.errors.WithLabelValues("grpc", "send").Inc()
@@ -279,6 +325,89 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 			}
 		}
 	}
+}
+
+// authorizeHTTP answers 401, 403 or 503 and returns an error when the request may not proceed.
+func (g *Gateway) authorizeHTTP(ctx context.Context, w http.ResponseWriter, token string) error {
+	if g.auth == nil {
+		return nil
+	}
+	_, err := g.auth.Check(ctx, token, access.VerbWatch)
+	if err == nil {
+		return nil
+	}
+	code := http.StatusServiceUnavailable
+	switch access.KindOf(err) {
+	case access.Unauthenticated:
+		code = http.StatusUnauthorized
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentplane"`)
+	case access.Forbidden:
+		code = http.StatusForbidden
+	default:
+		w.Header().Set("Retry-After", "1")
+	}
+	g.metrics.denied.WithLabelValues("sse", reasonOf(err)).Inc()
+	http.Error(w, err.Error(), code)
+	return err
+}
+
+func (g *Gateway) authorizeGRPC(ctx context.Context, verb string) error {
+	if g.auth == nil {
+		return nil
+	}
+	if _, err := g.auth.Check(ctx, grpcToken(ctx), verb); err != nil {
+		g.metrics.denied.WithLabelValues("grpc", reasonOf(err)).Inc()
+		return grpcAccessError(err)
+	}
+	return nil
+}
+
+// stillAllowed re-checks an open stream's token: a refusal ends the stream, a failed review
+// (API server unreachable) does not.
+func (g *Gateway) stillAllowed(ctx context.Context, token, verb string) error {
+	_, err := g.auth.Check(ctx, token, verb)
+	if err != nil && access.KindOf(err) != access.Unavailable {
+		return fmt.Errorf("access ended: %w", err)
+	}
+	return nil
+}
+
+func (g *Gateway) recheckTicker() (<-chan time.Time, func()) {
+	if g.auth == nil || g.recheck <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(g.recheck)
+	return t.C, t.Stop
+}
+
+func reasonOf(err error) string {
+	switch access.KindOf(err) {
+	case access.Unauthenticated:
+		return "unauthenticated"
+	case access.Forbidden:
+		return "forbidden"
+	}
+	return "unavailable"
+}
+
+func grpcToken(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if t, ok := access.BearerToken(v); ok {
+			return t
+		}
+	}
+	return ""
+}
+
+func grpcAccessError(err error) error {
+	switch access.KindOf(err) {
+	case access.Unauthenticated:
+		return status.Error(codes.Unauthenticated, err.Error())
+	case access.Forbidden:
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
 }
 
 func toProto(items []health.Item) []*jangarv1.ControlPlaneStatusItem {

@@ -3,6 +3,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
@@ -18,6 +21,7 @@ import (
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/redisx"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/gateway"
 )
 
@@ -33,6 +37,11 @@ type Config struct {
 	RedisURL        string
 	RedisPassword   string
 	TemporalAddress string
+	// Access control of the streams (package access).
+	AuthMode      access.Mode
+	AuthAudiences []string
+	AuthRecheck   time.Duration
+	TLS           access.TLSFiles
 }
 
 // LoadConfig reads JANGAR_HTTP_ADDR and JANGAR_WATCH_*.
@@ -47,7 +56,19 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		RedisPassword:   env.Secret("JANGAR_REDIS_PASSWORD"),
 		TemporalAddress: env.String("JANGAR_TEMPORAL_ADDRESS", ""),
 		Targets:         map[string]string{},
+		AuthAudiences:   env.List("JANGAR_WATCH_AUTH_AUDIENCES", nil),
+		AuthRecheck:     env.Duration("JANGAR_WATCH_AUTH_RECHECK", time.Minute),
+		TLS: access.TLSFiles{
+			CertFile:     env.String("JANGAR_WATCH_TLS_CERT_FILE", ""),
+			KeyFile:      env.String("JANGAR_WATCH_TLS_KEY_FILE", ""),
+			ClientCAFile: env.String("JANGAR_WATCH_TLS_CLIENT_CA_FILE", ""),
+		},
 	}
+	mode, err := access.ParseMode(env.String("JANGAR_WATCH_AUTH_MODE", "none"))
+	if err != nil {
+		return c, err
+	}
+	c.AuthMode = mode
 	c.Namespace = svc.PodNamespace
 	if len(svc.Namespaces) > 0 {
 		c.Namespace = svc.Namespaces[0]
@@ -65,7 +86,26 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	if c.Window < 1 || c.MaxStreams < 1 {
 		return c, errors.New("JANGAR_WATCH_WINDOW and JANGAR_WATCH_MAX_STREAMS must be at least 1")
 	}
+	if err := access.ListenCheck(c.AuthMode, "JANGAR_HTTP_ADDR", c.HTTPAddr); err != nil {
+		return c, err
+	}
+	if err := access.ListenCheck(c.AuthMode, "JANGAR_GRPC_HOST:JANGAR_GRPC_PORT", svc.GRPCAddr); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// GRPCServerOptions gives the gRPC server the gateway's TLS (mtls, or token with a certificate).
+func GRPCServerOptions(svc config.Service) ([]grpc.ServerOption, error) {
+	c, err := LoadConfig(config.FromOS(), svc)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := access.ServerConfig(c.AuthMode, c.TLS)
+	if err != nil || tlsCfg == nil {
+		return nil, err
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, nil
 }
 
 // Setup registers the AgentctlService, the SSE endpoint and the collector.
@@ -90,13 +130,26 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	hub := health.NewHub(c.Window, 64)
 	opts := health.CollectorOptions{
 		Namespace: c.Namespace, Targets: c.Targets, Debounce: c.Debounce, RedisAddress: redisAddr,
-		TemporalAddress: c.TemporalAddress, GRPCAddress: rt.Config.GRPCAddr,
+		TemporalAddress: c.TemporalAddress, GRPCAddress: rt.Config.GRPCAddr, Self: rt.Config.Name,
 	}
 	if rdb != nil { // a nil *redis.Client in the interface would not be nil
 		opts.Redis = rdb
 	}
 	collector := health.NewCollector(kc, dyn, hub, opts)
-	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, gateway.NewMetrics(rt.Registry))
+	m := gateway.NewMetrics(rt.Registry)
+	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, m)
+	if c.AuthMode == access.Token {
+		gw.RequireToken(access.NewReviewer(kc, c.Namespace, access.ReviewerOptions{
+			Audiences: c.AuthAudiences, OnReview: func(kind string) { m.Reviews.WithLabelValues(kind).Inc() },
+		}), c.AuthRecheck)
+	}
+	tlsCfg, err := access.ServerConfig(c.AuthMode, c.TLS)
+	if err != nil {
+		return err
+	}
+	if c.AuthMode == access.Token && tlsCfg == nil {
+		rt.Logger.Warn("bearer tokens travel in cleartext: set JANGAR_WATCH_TLS_CERT_FILE and JANGAR_WATCH_TLS_KEY_FILE")
+	}
 	jangarv1.RegisterAgentctlServiceServer(rt.GRPC, gw)
 	rt.SetServing(jangarv1.AgentctlService_ServiceDesc.ServiceName, true)
 	rt.Go("health collector", collector.Run)
@@ -108,6 +161,10 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	l, err := lc.Listen(context.Background(), "tcp", c.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen for HTTP on %s: %w (set JANGAR_HTTP_ADDR to a free address)", c.HTTPAddr, err)
+	}
+	scheme := "http"
+	if tlsCfg != nil {
+		l, scheme = tls.NewListener(l, tlsCfg), "https"
 	}
 	rt.Go("sse server", func(ctx context.Context) error {
 		go func() {
@@ -126,6 +183,6 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	if rdb != nil {
 		rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
 	}
-	rt.Logger.Info("status stream", "sse", "http://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace)
+	rt.Logger.Info("status stream", "sse", scheme+"://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace, "auth", string(c.AuthMode))
 	return nil
 }

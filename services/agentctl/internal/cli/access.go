@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
+)
+
+// grpcAccess is how agentctl proves itself to a watch-gateway that requires it: a bearer token
+// (checked by the gateway with TokenReview and SubjectAccessReview) and/or TLS, with a client
+// certificate for mTLS.
+type grpcAccess struct {
+	token, tokenFile          string
+	caFile, certFile, keyFile string
+	serverName                string
+}
+
+func (a grpcAccess) tlsEnabled() bool {
+	return a.caFile != "" || a.certFile != "" || a.keyFile != "" || a.serverName != ""
+}
+
+func (a grpcAccess) dialOptions() (grpcx.ClientOptions, error) {
+	var o grpcx.ClientOptions
+	token := a.token
+	if a.tokenFile != "" {
+		if token != "" {
+			return o, errors.New("--token and --token-file both set: use one")
+		}
+		b, err := os.ReadFile(a.tokenFile)
+		if err != nil {
+			return o, fmt.Errorf("read --token-file: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return o, fmt.Errorf("--token-file %s is empty", a.tokenFile)
+		}
+	}
+	if a.tlsEnabled() {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.serverName}
+		if a.caFile != "" {
+			pem, err := os.ReadFile(a.caFile)
+			if err != nil {
+				return o, fmt.Errorf("read --tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return o, fmt.Errorf("--tls-ca %s holds no PEM certificate", a.caFile)
+			}
+			cfg.RootCAs = pool
+		}
+		if (a.certFile == "") != (a.keyFile == "") {
+			return o, errors.New("--tls-cert and --tls-key go together")
+		}
+		if a.certFile != "" {
+			cert, err := tls.LoadX509KeyPair(a.certFile, a.keyFile)
+			if err != nil {
+				return o, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		o.TLS = credentials.NewTLS(cfg)
+	}
+	if token != "" {
+		o.Extra = append(o.Extra, grpc.WithPerRPCCredentials(bearer{token: token, secure: a.tlsEnabled()}))
+	}
+	return o, nil
+}
+
+// bearer sends "authorization: Bearer <token>" with every call. Over plaintext it is allowed
+// too (a port-forward to the gateway's loopback address), but the gateway warns about it.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }

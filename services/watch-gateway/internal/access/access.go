@@ -1,0 +1,252 @@
+// Package access decides who may read the control-plane status streams.
+//
+// Three modes:
+//   - none: no check; the gateway then listens on loopback addresses only (ListenCheck).
+//   - token: a bearer token, authenticated with a TokenReview and authorized with a
+//     LocalSubjectAccessReview in the gateway's namespace for the virtual resource
+//     controlplane/status of agents.proompteng.ai (verb watch for streams, get for the one-shot
+//     status), so RBAC Roles grant it like any other read.
+//   - mtls: a client certificate signed by the configured CA, enforced by the TLS handshake.
+//
+// Reviews are cached by a hash of the token (never the token itself) for a short time, so
+// thousands of watchers reconnecting at once cost the API server a handful of reviews.
+package access
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentplane/agentplane/libs/redact"
+)
+
+// Mode is how streams are protected.
+type Mode string
+
+const (
+	None  Mode = "none"
+	Token Mode = "token"
+	MTLS  Mode = "mtls"
+)
+
+// ParseMode reads JANGAR_WATCH_AUTH_MODE.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "", None:
+		return None, nil
+	case Token, MTLS:
+		return m, nil
+	}
+	return "", fmt.Errorf("JANGAR_WATCH_AUTH_MODE %q must be none, token or mtls", s)
+}
+
+// The virtual resource a token's user must be allowed to read, in the gateway's namespace.
+const (
+	Group       = "agents.proompteng.ai"
+	Resource    = "controlplane"
+	Subresource = "status"
+	// VerbWatch is checked for streams, VerbGet for the one-shot status.
+	VerbWatch = "watch"
+	VerbGet   = "get"
+)
+
+// Kind classifies a refusal.
+type Kind int
+
+const (
+	// Unauthenticated: no token, or the API server does not accept it (HTTP 401).
+	Unauthenticated Kind = iota + 1
+	// Forbidden: a known user without the RBAC grant (HTTP 403).
+	Forbidden
+	// Unavailable: the review itself failed; the client should retry (HTTP 503).
+	Unavailable
+)
+
+// Error is a refusal. Its message never carries the token.
+type Error struct {
+	Kind Kind
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// KindOf returns the refusal kind of err, or 0.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return 0
+}
+
+// Reviewer checks bearer tokens with the API server.
+type Reviewer struct {
+	kc        kubernetes.Interface
+	namespace string
+	audiences []string
+	allowTTL  time.Duration
+	denyTTL   time.Duration
+	now       func() time.Time
+
+	mu    sync.Mutex
+	cache map[cacheKey]cached
+	// Reviews counts TokenReviews and SubjectAccessReviews sent (for tests and metrics).
+	reviews func(kind string)
+}
+
+type cacheKey struct {
+	token [sha256.Size]byte
+	verb  string
+}
+
+type cached struct {
+	user    string
+	err     error
+	expires time.Time
+}
+
+// maxCached bounds the cache; beyond it expired entries go first, then everything.
+const maxCached = 4096
+
+// ReviewerOptions configure a Reviewer.
+type ReviewerOptions struct {
+	// Audiences the token must be issued for (empty: the API server's own).
+	Audiences []string
+	// AllowTTL and DenyTTL: how long a decision is reused (defaults 30 s and 5 s).
+	AllowTTL, DenyTTL time.Duration
+	// OnReview, when set, is called for each review sent: "token" or "access".
+	OnReview func(kind string)
+}
+
+// NewReviewer checks tokens for reading namespace's control-plane status.
+func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *Reviewer {
+	if o.AllowTTL <= 0 {
+		o.AllowTTL = 30 * time.Second
+	}
+	if o.DenyTTL <= 0 {
+		o.DenyTTL = 5 * time.Second
+	}
+	r := &Reviewer{kc: kc, namespace: namespace, audiences: o.Audiences, allowTTL: o.AllowTTL, denyTTL: o.DenyTTL,
+		now: time.Now, cache: map[cacheKey]cached{}, reviews: o.OnReview}
+	if r.reviews == nil {
+		r.reviews = func(string) {}
+	}
+	return r
+}
+
+// BearerToken extracts the token of an "Authorization: Bearer <token>" value.
+func BearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// Check returns the user a token belongs to when it may perform verb on the status, else an
+// *Error saying why not.
+func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error) {
+	if token == "" {
+		return "", &Error{Kind: Unauthenticated, Msg: "a bearer token is required: send Authorization: Bearer <token> (agentctl: --token or --token-file)"}
+	}
+	key := cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}
+	now := r.now()
+	r.mu.Lock()
+	if c, ok := r.cache[key]; ok && now.Before(c.expires) {
+		r.mu.Unlock()
+		return c.user, c.err
+	}
+	r.mu.Unlock()
+
+	user, err := r.review(ctx, token, verb)
+	if KindOf(err) == Unavailable {
+		return "", err // not cached: the next request tries again
+	}
+	ttl := r.allowTTL
+	if err != nil {
+		ttl = r.denyTTL
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.cache) >= maxCached {
+		for k, c := range r.cache {
+			if !now.Before(c.expires) {
+				delete(r.cache, k)
+			}
+		}
+		if len(r.cache) >= maxCached {
+			clear(r.cache)
+		}
+	}
+	r.cache[key] = cached{user: user, err: err, expires: now.Add(ttl)}
+	return user, err
+}
+
+func (r *Reviewer) review(ctx context.Context, token, verb string) (string, error) {
+	r.reviews("token")
+	tr, err := r.kc.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.audiences},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", &Error{Kind: Unavailable, Msg: "cannot review the token now: " + redact.String(err.Error()) + "; retry shortly"}
+	}
+	if !tr.Status.Authenticated {
+		msg := "the bearer token was not accepted by the Kubernetes API server"
+		if tr.Status.Error != "" {
+			msg += ": " + redact.String(tr.Status.Error)
+		}
+		return "", &Error{Kind: Unauthenticated, Msg: msg}
+	}
+	u := tr.Status.User
+	extra := map[string]authzv1.ExtraValue{}
+	for k, v := range u.Extra {
+		extra[k] = authzv1.ExtraValue(v)
+	}
+	r.reviews("access")
+	sar, err := r.kc.AuthorizationV1().LocalSubjectAccessReviews(r.namespace).Create(ctx, &authzv1.LocalSubjectAccessReview{
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace},
+		Spec: authzv1.SubjectAccessReviewSpec{
+			User: u.Username, Groups: u.Groups, UID: u.UID, Extra: extra,
+			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: r.namespace, Verb: verb, Group: Group, Resource: Resource, Subresource: Subresource},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", &Error{Kind: Unavailable, Msg: "cannot check access now: " + redact.String(err.Error()) + "; retry shortly"}
+	}
+	if !sar.Status.Allowed {
+		return u.Username, &Error{Kind: Forbidden, Msg: fmt.Sprintf(
+			"%s may not %s %s/%s in namespace %s: grant it with a Role rule {apiGroups: [%s], resources: [%s/%s], verbs: [get, watch]}",
+			u.Username, verb, Resource, Subresource, r.namespace, Group, Resource, Subresource)}
+	}
+	return u.Username, nil
+}
+
+// ListenCheck refuses a non-loopback address when streams are not protected.
+func ListenCheck(mode Mode, envName, addr string) error {
+	if mode != None {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q must be host:port: %w", envName, addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s %q is not a loopback address: without authentication (JANGAR_WATCH_AUTH_MODE=none) status streams "+
+		"listen on loopback only; bind 127.0.0.1, or set JANGAR_WATCH_AUTH_MODE=token or mtls", envName, addr)
+}

@@ -1,0 +1,62 @@
+package access
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBearerToken(t *testing.T) {
+	for in, want := range map[string]string{"Bearer abc": "abc", "bearer  abc ": "abc", "Basic abc": "", "Bearer": "", "Bearer ": "", "": ""} {
+		got, ok := BearerToken(in)
+		if got != want || ok != (want != "") {
+			t.Errorf("BearerToken(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}
+
+func TestListenCheck(t *testing.T) {
+	for addr, loopback := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "localhost:80": true, "127.0.0.2:1": true,
+		"0.0.0.0:80": false, ":80": false, "10.0.0.1:80": false, "[::]:80": false, "example.com:80": false} {
+		err := ListenCheck(None, "X", addr)
+		if (err == nil) != loopback {
+			t.Errorf("ListenCheck(none, %s) = %v, loopback %v", addr, err, loopback)
+		}
+		if err := ListenCheck(Token, "X", addr); err != nil {
+			t.Errorf("token mode may listen anywhere: %v", err)
+		}
+	}
+	if err := ListenCheck(None, "X", "nonsense"); err == nil {
+		t.Error("an address without a port passed")
+	}
+}
+
+func TestServerConfigNamesWhatIsMissing(t *testing.T) {
+	for _, c := range []struct {
+		mode Mode
+		f    TLSFiles
+		says string
+	}{
+		{MTLS, TLSFiles{CertFile: "c", KeyFile: "k"}, "JANGAR_WATCH_TLS_CLIENT_CA_FILE"},
+		{Token, TLSFiles{CertFile: "c"}, "both"},
+		{Token, TLSFiles{ClientCAFile: "ca"}, "needs JANGAR_WATCH_TLS_CERT_FILE"},
+		{Token, TLSFiles{CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"}, "load the TLS certificate"},
+	} {
+		if _, err := ServerConfig(c.mode, c.f); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s %+v: %v, want it to say %q", c.mode, c.f, err, c.says)
+		}
+	}
+	if cfg, err := ServerConfig(Token, TLSFiles{}); cfg != nil || err != nil {
+		t.Errorf("token without files: %v %v, want plaintext", cfg, err)
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]Mode{"": None, "none": None, "Token": Token, "mtls": MTLS} {
+		if got, err := ParseMode(in); got != want || err != nil {
+			t.Errorf("ParseMode(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseMode("open"); err == nil {
+		t.Error("ParseMode(open) passed")
+	}
+}

@@ -1,0 +1,234 @@
+//go:build integration
+
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
+	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
+)
+
+// serviceAccountToken creates a ServiceAccount in default and returns a token for it, issued by
+// the real API server (TokenRequest).
+func serviceAccountToken(t *testing.T, kc kubernetes.Interface, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kc.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := kc.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// grantStatus binds a Role allowing get and watch of controlplane/status to a ServiceAccount.
+func grantStatus(t *testing.T, kc kubernetes.Interface, sa string) (revoke func()) {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "status-viewer-" + sa}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{access.Group}, Resources: []string{access.Resource + "/" + access.Subresource}, Verbs: []string{"get", "watch"},
+	}}}
+	if _, err := kc.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: "default"}}}
+	if _, err := kc.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := kc.RbacV1().RoleBindings("default").Delete(ctx, rb.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type reviewCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *reviewCount) inc(kind string) { c.mu.Lock(); c.n[kind]++; c.mu.Unlock() }
+func (c *reviewCount) get(kind string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[kind]
+}
+
+func get(t *testing.T, url, token string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestTokenAccessOverSSE(t *testing.T) {
+	kc := kubernetes.NewForConfigOrDie(env.Config)
+	viewer := serviceAccountToken(t, kc, "sse-viewer")
+	stranger := serviceAccountToken(t, kc, "sse-stranger")
+	revoke := grantStatus(t, kc, "sse-viewer")
+	reviews := &reviewCount{n: map[string]int{}}
+	st := startGatewayWith(t, nil, 30*time.Second, 100, func(g *Gateway) {
+		g.RequireToken(access.NewReviewer(kc, "default", access.ReviewerOptions{OnReview: reviews.inc, AllowTTL: 300 * time.Millisecond, DenyTTL: 300 * time.Millisecond}), 200*time.Millisecond)
+	})
+
+	for _, c := range []struct {
+		name, token string
+		code        int
+		says        string
+	}{
+		{"no token", "", http.StatusUnauthorized, "bearer token is required"},
+		{"forged token", "not-a-real-token", http.StatusUnauthorized, "not accepted"},
+		{"no grant", stranger, http.StatusForbidden, "system:serviceaccount:default:sse-stranger may not watch controlplane/status"},
+	} {
+		resp := get(t, st.url, c.token)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(body), c.says) {
+			t.Fatalf("%s: %d %q, want %d saying %q", c.name, resp.StatusCode, body, c.code, c.says)
+		}
+		if c.token != "" && strings.Contains(string(body), c.token) {
+			t.Fatalf("%s: the response echoes the token", c.name)
+		}
+		if c.code == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("%s: WWW-Authenticate %q", c.name, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+
+	// The granted token streams; a second stream at once reuses the cached decision.
+	before := reviews.get("token")
+	resp := get(t, st.url, viewer)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("granted token: %d", resp.StatusCode)
+	}
+	second := get(t, st.url, viewer)
+	second.Body.Close()
+	if second.StatusCode != http.StatusOK {
+		t.Fatalf("granted token, second stream: %d", second.StatusCode)
+	}
+	if n := reviews.get("token") - before; n != 1 {
+		t.Fatalf("%d TokenReviews for two streams within the cache TTL, want 1", n)
+	}
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitLine := func(prefix string) string {
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("stream ended before %q", prefix)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			case <-deadline:
+				t.Fatalf("no %q line", prefix)
+			}
+		}
+	}
+	waitLine("event: snapshot")
+
+	// Revoking the grant ends the open stream with an error event at the next re-check.
+	revoke()
+	waitLine("event: error")
+	if l := waitLine("data: "); !strings.Contains(l, "access ended") {
+		t.Fatalf("error event %q, want it to say access ended", l)
+	}
+	select {
+	case _, ok := <-lines:
+		for ok {
+			_, ok = <-lines
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream stayed open after access was revoked")
+	}
+}
+
+func TestTokenAccessOverGRPC(t *testing.T) {
+	kc := kubernetes.NewForConfigOrDie(env.Config)
+	viewer := serviceAccountToken(t, kc, "grpc-viewer")
+	stranger := serviceAccountToken(t, kc, "grpc-stranger")
+	grantStatus(t, kc, "grpc-viewer")
+	st := startGatewayWith(t, nil, 30*time.Second, 100, func(g *Gateway) {
+		g.RequireToken(access.NewReviewer(kc, "default", access.ReviewerOptions{}), time.Minute)
+	})
+	srv := grpcx.NewServer(prometheus.NewRegistry())
+	jangarv1.RegisterAgentctlServiceServer(srv.Server, st.gw)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpcx.Dial(l.Addr().String(), grpcx.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := jangarv1.NewAgentctlServiceClient(conn)
+	with := func(token string) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		t.Cleanup(cancel)
+		if token == "" {
+			return ctx
+		}
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	for _, c := range []struct {
+		token string
+		code  codes.Code
+	}{{"", codes.Unauthenticated}, {"forged", codes.Unauthenticated}, {stranger, codes.PermissionDenied}, {viewer, codes.OK}} {
+		_, err := client.GetControlPlaneStatus(with(c.token), &jangarv1.GetControlPlaneStatusRequest{})
+		if status.Code(err) != c.code {
+			t.Fatalf("GetControlPlaneStatus: %v, want %s", err, c.code)
+		}
+		stream, err := client.WatchControlPlaneStatus(with(c.token), &jangarv1.WatchControlPlaneStatusRequest{})
+		if err == nil {
+			var ev *jangarv1.ControlPlaneStatusEvent
+			ev, err = stream.Recv()
+			if err == nil && ev.GetType() != jangarv1.ControlPlaneStatusEvent_SNAPSHOT {
+				t.Fatalf("first event %s, want SNAPSHOT", ev.GetType())
+			}
+		}
+		if status.Code(err) != c.code {
+			t.Fatalf("WatchControlPlaneStatus: %v, want %s", err, c.code)
+		}
+	}
+}
