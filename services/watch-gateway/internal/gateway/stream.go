@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +43,9 @@ type Gateway struct {
 	metrics   *Metrics
 	auth      Authorizer
 	recheck   time.Duration
+
+	detachedMu sync.Mutex
+	detached   map[*detachedConn]struct{}
 }
 
 // Authorizer decides whether a bearer token may read the status (access.Reviewer).
@@ -92,7 +95,8 @@ func NewGateway(hub *health.Hub, namespace string, heartbeat time.Duration, maxA
 		m = NewMetrics(nil)
 	}
 	hub.OnDispatch = func(d time.Duration) { m.Dispatch.Observe(d.Seconds()) }
-	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, maxActive: int64(maxActive), metrics: m}
+	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, maxActive: int64(maxActive), metrics: m,
+		detached: map[*detachedConn]struct{}{}}
 }
 
 func (g *Gateway) acquire() bool {
@@ -152,11 +156,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if since == "" {
 		since = r.Header.Get("Last-Event-ID")
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
 	token, _ := access.BearerToken(r.Header.Get("Authorization"))
 	if err := g.authorizeHTTP(r.Context(), w, token); err != nil {
 		return
@@ -166,7 +165,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many status watches; retry later", http.StatusServiceUnavailable)
 		return
 	}
+	if g.serveDetached(w, r, format == "ndjson", hb, since, token) {
+		return // the connection is the hub's now; it releases the slot when it closes
+	}
 	defer g.active.Add(-1)
+	g.serveStreaming(w, r, format, hb, since, token)
+}
+
+// serveStreaming serves a watch from this goroutine until it ends (HTTP/2, or any connection
+// that cannot be taken over).
+func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format string, hb time.Duration, since, token string) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
 	g.metrics.active.WithLabelValues("sse").Inc()
 	defer g.metrics.active.WithLabelValues("sse").Dec()
 
@@ -185,15 +198,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	initial, sub := g.hub.Subscribe(since, false)
 	defer sub.Close()
 	write := func(ev health.Event) error {
-		data, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
+		b := encodeSSE(ev)
 		if format == "ndjson" {
-			_, err = fmt.Fprintf(w, "%s\n", data)
-		} else {
-			_, err = fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", ev.Type, ev.Cursor, data)
+			b = encodeNDJSON(ev)
 		}
+		_, err := w.Write(b)
 		flusher.Flush()
 		return err
 	}

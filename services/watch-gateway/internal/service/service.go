@@ -169,6 +169,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	rt.Go("sse server", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()
+			gw.CloseStreams() // SSE watches taken over from the HTTP server
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
 			if srv.Shutdown(sctx) != nil {
