@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -276,6 +277,17 @@ func TestLocalControlPlane(t *testing.T) {
 			}
 		}
 		t.Fatalf("stream ended before every component was healthy: %v", state)
+	})
+
+	t.Run("curl -N reads the SSE stream", func(t *testing.T) {
+		// curl exits 28 when --max-time ends the stream; what it printed until then is what counts.
+		out, _ := exec.CommandContext(ctx, "curl", "-sN", "--max-time", "3",
+			fmt.Sprintf("http://127.0.0.1:%d/api/agents/control-plane/status/stream?heartbeat=1s", 18101+offset)).Output()
+		for _, want := range []string{"retry: 1000\n", "event: snapshot\nid: ", "event: heartbeat\nid: ", `data: {"type":"snapshot"`} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("curl -N output lacks %q:\n%s", want, out)
+			}
+		}
 	})
 
 	t.Run("agentctl shows the same health in grpc and kube mode", func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/r3labs/sse/v2"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -418,12 +419,13 @@ func TestHTTP2StreamsToo(t *testing.T) {
 }
 
 // TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown: an HTTP/1.1 watch is taken over from the
-// HTTP server; CloseStreams ends it and frees its slot.
+// HTTP server (through the tracing wrapper the service puts around the handler); CloseStreams
+// ends it and frees its slot.
 func TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown(t *testing.T) {
 	hub := health.NewHub(64, 64)
 	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})
 	gw := NewGateway(hub, "default", 30*time.Second, 1, nil)
-	srv := httptest.NewServer(gw)
+	srv := httptest.NewServer(otelhttp.NewHandler(gw, "stream"))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + StreamPath)
 	if err != nil {

@@ -79,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agentplane_watch_active_streams", Help: "Open status watches by transport."}, []string{"transport"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_stream_errors_total", Help: "Status watches ended by an error, by transport and reason."}, []string{"transport", "reason"}),
 		Dispatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentplane_watch_delta_dispatch_seconds",
-			Help: "Time from a delta's generation to its hand-off to a watcher.", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 20)}),
+			Help: "Time from a delta's generation to its hand-off to a watcher (SSE over HTTP/1.1: to the end of its write into the watcher's socket).", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 20)}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_denied_total", Help: "Requests refused by access control, by transport and reason."}, []string{"transport", "reason"}),
 		Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_reviews_total",
 			Help: "TokenReviews (kind=token) and SubjectAccessReviews (kind=access) sent to the API server; cached decisions are not counted."}, []string{"kind"}),
@@ -198,9 +198,11 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 	initial, sub := g.hub.Subscribe(since, false)
 	defer sub.Close()
 	write := func(ev health.Event) error {
-		b := encodeSSE(ev)
+		var b []byte
 		if format == "ndjson" {
 			b = encodeNDJSON(ev)
+		} else {
+			b = encodeSSE(ev)
 		}
 		_, err := w.Write(b)
 		flusher.Flush()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -155,7 +156,9 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	rt.Go("health collector", collector.Run)
 
 	mux := http.NewServeMux()
-	mux.Handle("GET "+gateway.StreamPath, gw)
+	// A span per stream request covers its admission: parameters, access, the first events (a
+	// watch over HTTP/1.1 then leaves the handler; its deltas are counted in metrics, not spans).
+	mux.Handle("GET "+gateway.StreamPath, otelhttp.NewHandler(gw, "GET "+gateway.StreamPath))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	var lc net.ListenConfig
 	l, err := lc.Listen(context.Background(), "tcp", c.HTTPAddr)
