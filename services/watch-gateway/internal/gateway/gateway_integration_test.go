@@ -457,3 +457,40 @@ func TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown(t *testing.T) {
 		t.Fatalf("the slot was not freed, or ndjson is wrong: %d %q", again.StatusCode, first)
 	}
 }
+
+// TestAVanishedWatcherIsReleased: nothing reads a taken-over connection, so a client that goes
+// away is noticed when a keep-alive comment can no longer be written; its slot is freed then.
+func TestAVanishedWatcherIsReleased(t *testing.T) {
+	hub := health.NewHub(64, 64)
+	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})
+	gw := NewGateway(hub, "default", 5*time.Minute, 1, nil)
+	gw.keepAlive = 100 * time.Millisecond
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + StreamPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() && lines.Text() != ": keep-alive" {
+	}
+	if gw.DetachedStreams() != 1 {
+		t.Fatalf("detached %d, want 1", gw.DetachedStreams())
+	}
+	resp.Body.Close() // the client goes away without a word
+	deadline := time.Now().Add(5 * time.Second)
+	for gw.DetachedStreams() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the vanished watcher still holds its slot after 5s of keep-alives")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	again, err := http.Get(srv.URL + StreamPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Body.Close()
+	if again.StatusCode != http.StatusOK {
+		t.Fatalf("the slot was not freed: %d", again.StatusCode)
+	}
+}

@@ -27,6 +27,9 @@ import (
 // long is cut off; it resumes with its Last-Event-ID.
 const writeTimeout = 2 * time.Second
 
+// recheckTimeout bounds an open watch's access re-check; a review that fails keeps the watch.
+const recheckTimeout = 10 * time.Second
+
 // detachedConn is one SSE watch served without a goroutine of its own.
 type detachedConn struct {
 	g      *Gateway
@@ -148,7 +151,7 @@ func (c *detachedConn) writeLocked(b []byte) error {
 func (c *detachedConn) nextTickLocked(now time.Time) time.Duration {
 	next := c.lastBeat.Add(c.hb)
 	if !c.ndjson {
-		if ka := c.lastWrite.Add(keepAlive); ka.Before(next) {
+		if ka := c.lastWrite.Add(c.g.keepAlive); ka.Before(next) {
 			next = ka
 		}
 	}
@@ -166,7 +169,9 @@ func (c *detachedConn) tick() {
 	var refused error
 	if c.g.auth != nil && c.g.recheck > 0 && !now.Before(c.lastCheck.Add(c.g.recheck)) {
 		// Outside c.mu: a review may take a while and deliveries must not wait for it.
-		refused = c.g.stillAllowed(context.Background(), c.token, access.VerbWatch)
+		ctx, cancel := context.WithTimeout(context.Background(), recheckTimeout)
+		refused = c.g.stillAllowed(ctx, c.token, access.VerbWatch)
+		cancel()
 		c.lastCheck = now
 	}
 	c.mu.Lock()
@@ -184,7 +189,7 @@ func (c *detachedConn) tick() {
 	case !now.Before(c.lastBeat.Add(c.hb)):
 		c.lastBeat = now
 		err = c.writeLocked(c.encode(c.g.hub.HeartbeatEvent()))
-	case !c.ndjson && !now.Before(c.lastWrite.Add(keepAlive)):
+	case !c.ndjson && !now.Before(c.lastWrite.Add(c.g.keepAlive)):
 		err = c.writeLocked([]byte(": keep-alive\n\n"))
 	}
 	if err != nil {

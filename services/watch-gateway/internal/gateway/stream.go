@@ -26,10 +26,10 @@ const StreamPath = "/api/agents/control-plane/status/stream"
 
 // Limits on a client's heartbeat override.
 const (
-	minHeartbeat = time.Second
-	maxHeartbeat = 5 * time.Minute
-	keepAlive    = 15 * time.Second
-	retryMillis  = 1000
+	minHeartbeat     = time.Second
+	maxHeartbeat     = 5 * time.Minute
+	keepAliveDefault = 15 * time.Second
+	retryMillis      = 1000
 )
 
 // Gateway serves the hub over SSE and gRPC.
@@ -43,6 +43,7 @@ type Gateway struct {
 	metrics   *Metrics
 	auth      Authorizer
 	recheck   time.Duration
+	keepAlive time.Duration // between keep-alive comments on an idle SSE stream
 
 	detachedMu sync.Mutex
 	detached   map[*detachedConn]struct{}
@@ -96,7 +97,7 @@ func NewGateway(hub *health.Hub, namespace string, heartbeat time.Duration, maxA
 	}
 	hub.OnDispatch = func(d time.Duration) { m.Dispatch.Observe(d.Seconds()) }
 	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, maxActive: int64(maxActive), metrics: m,
-		detached: map[*detachedConn]struct{}{}}
+		keepAlive: keepAliveDefault, detached: map[*detachedConn]struct{}{}}
 }
 
 func (g *Gateway) acquire() bool {
@@ -218,7 +219,7 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 	}
 	heartbeat := time.NewTicker(hb)
 	defer heartbeat.Stop()
-	alive := time.NewTicker(keepAlive)
+	alive := time.NewTicker(g.keepAlive)
 	defer alive.Stop()
 	recheck, stopRecheck := g.recheckTicker()
 	defer stopRecheck()
