@@ -130,11 +130,18 @@ func (h *Hub) snapshotLocked() Event {
 	return Event{Type: Snapshot, GeneratedAt: h.now().UTC(), Items: append([]Item(nil), h.current...), Cursor: h.cursor(h.seq)}
 }
 
-// HeartbeatEvent is a heartbeat carrying the latest cursor.
+// HeartbeatEvent is a heartbeat carrying the hub's latest cursor. A stream must not send it to
+// a watcher that may not have every delta up to there yet (resuming from it would skip them):
+// it sends HeartbeatAt with the cursor of the last event it delivered.
 func (h *Hub) HeartbeatEvent() Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Event{Type: Heartbeat, GeneratedAt: h.now().UTC(), Cursor: h.cursor(h.seq)}
+	return HeartbeatAt(h.cursor(h.seq))
+}
+
+// HeartbeatAt is a heartbeat carrying cursor: the position of the last event the watcher got.
+func HeartbeatAt(cursor string) Event {
+	return Event{Type: Heartbeat, GeneratedAt: time.Now().UTC(), Cursor: cursor}
 }
 
 // Subscribers is the number of open subscriptions.
@@ -151,14 +158,19 @@ type Subscription struct {
 	// Lagged is closed when the subscriber fell too far behind and was cut off.
 	lagged chan struct{}
 	hub    *Hub
+	at     string
 }
+
+// At is the cursor of the position the subscription starts from: its first events end there
+// and its live deltas follow it. Heartbeats sent before any delta carry it.
+func (s *Subscription) At() string { return s.at }
 
 // Subscribe starts a subscription. The returned events come first: the deltas after cursor when
 // the window still holds them, else a snapshot (none when followOnly and no cursor was given).
 func (h *Hub) Subscribe(cursor string, followOnly bool) ([]Event, *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := &Subscription{ch: make(chan Event, h.buffer), lagged: make(chan struct{}), hub: h}
+	s := &Subscription{ch: make(chan Event, h.buffer), lagged: make(chan struct{}), hub: h, at: h.cursor(h.seq)}
 	h.subs[s] = struct{}{}
 	return h.initialLocked(cursor, followOnly), s
 }
@@ -240,14 +252,15 @@ func (d *Delivery) Encoded(key string, encode func(Event) []byte) []byte {
 	return v.([]byte)
 }
 
-// Attach adds a sink and returns what it gets first, as Subscribe does; every later delta goes
-// to its Deliver. Attach and the first events' write should happen before the sink can take a
-// delivery: a sink guards both with one lock.
-func (h *Hub) Attach(cursor string, followOnly bool, s Sink) []Event {
+// Attach adds a sink and returns what it gets first, as Subscribe does, and the cursor of the
+// position it starts from (see Subscription.At); every later delta goes to its Deliver. Attach
+// and the first events' write should happen before the sink can take a delivery: a sink guards
+// both with one lock.
+func (h *Hub) Attach(cursor string, followOnly bool, s Sink) ([]Event, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sinks[s] = struct{}{}
-	return h.initialLocked(cursor, followOnly)
+	return h.initialLocked(cursor, followOnly), h.cursor(h.seq)
 }
 
 // Detach removes a sink; a delivery already under way may still reach it.

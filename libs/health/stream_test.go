@@ -153,7 +153,10 @@ func TestSinksGetEveryLaterDeltaOnceAndInOrder(t *testing.T) {
 	for i := range rs {
 		r := &recordingSink{done: make(chan struct{})}
 		r.mu.Lock()
-		first := h.Attach("", false, r)
+		first, at := h.Attach("", false, r)
+		if at != first[0].Cursor {
+			t.Fatalf("Attach's position %q is not its snapshot's %q", at, first[0].Cursor)
+		}
 		if len(first) != 1 || first[0].Type != Snapshot {
 			t.Fatalf("first events %v", first)
 		}

@@ -146,6 +146,7 @@ func (k *kubeSource) stream(ctx context.Context, cursor string, followOnly bool,
 	}
 	initial, sub := k.hub.Subscribe(cursor, followOnly)
 	defer sub.Close()
+	last := sub.At()
 	for _, ev := range initial {
 		emit(ev)
 	}
@@ -157,10 +158,11 @@ func (k *kubeSource) stream(ctx context.Context, cursor string, followOnly bool,
 			return nil
 		case ev := <-sub.Events():
 			emit(ev)
+			last = ev.Cursor
 		case <-sub.Lagged():
 			return errors.New("fell behind the local watch")
 		case <-t.C:
-			emit(k.hub.HeartbeatEvent())
+			emit(health.HeartbeatAt(last))
 		}
 	}
 }

@@ -41,7 +41,8 @@ func addStatusFlags(cmd *cobra.Command, o *statusOptions, defaultOutput string) 
 	f.StringVar(&o.transport, "transport", "", "kube (default) or grpc (default when --server or AGENTCTL_SERVER is set)")
 	f.StringVar(&o.server, "server", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address for --transport grpc")
 	f.BoolVar(&o.debug, "debug", false, "log transport, cursor and reconnects to stderr")
-	f.StringVar(&o.access.token, "token", os.Getenv("AGENTCTL_TOKEN"), "bearer token for watch-gateway (--transport grpc; env AGENTCTL_TOKEN)")
+	// AGENTCTL_TOKEN is read when the command runs, not as the flag's default: help prints defaults.
+	f.StringVar(&o.access.token, "token", "", "bearer token for watch-gateway (--transport grpc; default $AGENTCTL_TOKEN)")
 	f.StringVar(&o.access.tokenFile, "token-file", "", "file holding the bearer token for watch-gateway (--transport grpc)")
 	f.StringVar(&o.access.caFile, "tls-ca", os.Getenv("AGENTCTL_TLS_CA"), "CA certificate to verify watch-gateway's TLS; setting any --tls-* flag turns TLS on (env AGENTCTL_TLS_CA)")
 	f.StringVar(&o.access.certFile, "tls-cert", os.Getenv("AGENTCTL_TLS_CERT"), "client certificate for mTLS to watch-gateway (env AGENTCTL_TLS_CERT)")
@@ -127,7 +128,11 @@ func runStatus(cmd *cobra.Command, g *globalOptions, o *statusOptions) error {
 	var src source
 	ns := g.namespace // grpc: empty means the gateway's own namespace
 	if o.transport == "grpc" {
-		if src, err = newGRPCSource(o.server, ns, o.access); err != nil {
+		a := o.access
+		if a.token == "" && a.tokenFile == "" {
+			a.token = os.Getenv("AGENTCTL_TOKEN")
+		}
+		if src, err = newGRPCSource(o.server, ns, a); err != nil {
 			return err
 		}
 	} else {

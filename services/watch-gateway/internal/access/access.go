@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -98,8 +99,9 @@ type Reviewer struct {
 	denyTTL   time.Duration
 	now       func() time.Time
 
-	mu    sync.Mutex
-	cache map[cacheKey]cached
+	mu       sync.Mutex
+	cache    map[cacheKey]cached
+	inflight map[cacheKey]*review // one review per key at a time; the others wait for it
 	// Reviews counts TokenReviews and SubjectAccessReviews sent (for tests and metrics).
 	reviews func(kind string)
 }
@@ -107,6 +109,12 @@ type Reviewer struct {
 type cacheKey struct {
 	token [sha256.Size]byte
 	verb  string
+}
+
+type review struct {
+	done chan struct{}
+	user string
+	err  error
 }
 
 type cached struct {
@@ -137,7 +145,7 @@ func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *
 		o.DenyTTL = 5 * time.Second
 	}
 	r := &Reviewer{kc: kc, namespace: namespace, audiences: o.Audiences, allowTTL: o.AllowTTL, denyTTL: o.DenyTTL,
-		now: time.Now, cache: map[cacheKey]cached{}, reviews: o.OnReview}
+		now: time.Now, cache: map[cacheKey]cached{}, inflight: map[cacheKey]*review{}, reviews: o.OnReview}
 	if r.reviews == nil {
 		r.reviews = func(string) {}
 	}
@@ -167,18 +175,31 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 		r.mu.Unlock()
 		return c.user, c.err
 	}
+	if rv, ok := r.inflight[key]; ok { // thousands of watchers reconnecting with one token: one review
+		r.mu.Unlock()
+		select {
+		case <-rv.done:
+			return rv.user, rv.err
+		case <-ctx.Done():
+			return "", &Error{Kind: Unavailable, Msg: "the access review did not finish: " + ctx.Err().Error()}
+		}
+	}
+	rv := &review{done: make(chan struct{})}
+	r.inflight[key] = rv
 	r.mu.Unlock()
 
-	user, err := r.review(ctx, token, verb)
-	if KindOf(err) == Unavailable {
-		return "", err // not cached: the next request tries again
-	}
-	ttl := r.allowTTL
-	if err != nil {
-		ttl = r.denyTTL
-	}
+	rv.user, rv.err = r.review(ctx, token, verb)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.inflight, key)
+	close(rv.done)
+	if KindOf(rv.err) == Unavailable {
+		return "", rv.err // not cached: the next request tries again
+	}
+	ttl := r.allowTTL
+	if rv.err != nil {
+		ttl = r.denyTTL
+	}
 	if len(r.cache) >= maxCached {
 		for k, c := range r.cache {
 			if !now.Before(c.expires) {
@@ -189,8 +210,15 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 			clear(r.cache)
 		}
 	}
-	r.cache[key] = cached{user: user, err: err, expires: now.Add(ttl)}
-	return user, err
+	r.cache[key] = cached{user: rv.user, err: rv.err, expires: now.Add(ttl)}
+	return rv.user, rv.err
+}
+
+// unavailable reports a failed review to the caller without the API server's words (they may
+// name the gateway's own identity and permissions); the gateway's log has them.
+func unavailable(what string, err error) error {
+	slog.Default().Warn("access review failed", "review", what, "err", redact.String(err.Error()))
+	return &Error{Kind: Unavailable, Msg: "the gateway cannot " + what + " now (its log says why); retry shortly"}
 }
 
 func (r *Reviewer) review(ctx context.Context, token, verb string) (string, error) {
@@ -199,7 +227,7 @@ func (r *Reviewer) review(ctx context.Context, token, verb string) (string, erro
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", &Error{Kind: Unavailable, Msg: "cannot review the token now: " + redact.String(err.Error()) + "; retry shortly"}
+		return "", unavailable("review the token", err)
 	}
 	if !tr.Status.Authenticated {
 		msg := "the bearer token was not accepted by the Kubernetes API server"
@@ -222,7 +250,7 @@ func (r *Reviewer) review(ctx context.Context, token, verb string) (string, erro
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", &Error{Kind: Unavailable, Msg: "cannot check access now: " + redact.String(err.Error()) + "; retry shortly"}
+		return "", unavailable("check access", err)
 	}
 	if !sar.Status.Allowed {
 		return u.Username, &Error{Kind: Forbidden, Msg: fmt.Sprintf(

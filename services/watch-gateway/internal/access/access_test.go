@@ -39,6 +39,7 @@ func TestServerConfigNamesWhatIsMissing(t *testing.T) {
 		{MTLS, TLSFiles{CertFile: "c", KeyFile: "k"}, "JANGAR_WATCH_TLS_CLIENT_CA_FILE"},
 		{Token, TLSFiles{CertFile: "c"}, "both"},
 		{Token, TLSFiles{ClientCAFile: "ca"}, "needs JANGAR_WATCH_TLS_CERT_FILE"},
+		{Token, TLSFiles{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}, "only used with JANGAR_WATCH_AUTH_MODE=mtls"},
 		{Token, TLSFiles{CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"}, "load the TLS certificate"},
 	} {
 		if _, err := ServerConfig(c.mode, c.f); err == nil || !strings.Contains(err.Error(), c.says) {

@@ -29,6 +29,9 @@ func ServerConfig(mode Mode, f TLSFiles) (*tls.Config, error) {
 		}
 		return nil, nil
 	}
+	if mode != MTLS && f.ClientCAFile != "" {
+		return nil, errors.New("JANGAR_WATCH_TLS_CLIENT_CA_FILE is only used with JANGAR_WATCH_AUTH_MODE=mtls: unset it, or set the mode")
+	}
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, errors.New("set both JANGAR_WATCH_TLS_CERT_FILE and JANGAR_WATCH_TLS_KEY_FILE, or neither")
 	}

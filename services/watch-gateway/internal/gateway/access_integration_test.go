@@ -232,3 +232,32 @@ func TestTokenAccessOverGRPC(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentChecksOfOneTokenShareOneReview: watchers reconnecting at once with the same
+// token cost the API server one TokenReview and one access review, not one each.
+func TestConcurrentChecksOfOneTokenShareOneReview(t *testing.T) {
+	kc := kubernetes.NewForConfigOrDie(env.Config)
+	token := serviceAccountToken(t, kc, "herd")
+	grantStatus(t, kc, "herd")
+	reviews := &reviewCount{n: map[string]int{}}
+	r := access.NewReviewer(kc, "default", access.ReviewerOptions{OnReview: reviews.inc})
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Check(context.Background(), token, access.VerbWatch); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if reviews.get("token") != 1 || reviews.get("access") != 1 {
+		t.Fatalf("%d TokenReviews and %d access reviews for 100 concurrent checks, want 1 and 1", reviews.get("token"), reviews.get("access"))
+	}
+}

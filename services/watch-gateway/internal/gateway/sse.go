@@ -12,20 +12,25 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 )
 
-// writeTimeout bounds one write to a watcher. A watcher whose socket buffer stays full that
-// long is cut off; it resumes with its Last-Event-ID.
-const writeTimeout = 2 * time.Second
+// writeTimeout bounds one write to a watcher. A write blocks only when the watcher's socket
+// buffer is full, i.e. it is many events behind; it is then cut off (and resumes with its
+// Last-Event-ID) rather than holding up the fan-out worker, and every watcher behind it, for
+// longer.
+const writeTimeout = 500 * time.Millisecond
 
 // recheckTimeout bounds an open watch's access re-check; a review that fails keeps the watch.
 const recheckTimeout = 10 * time.Second
@@ -43,7 +48,11 @@ type detachedConn struct {
 	timer     *time.Timer
 	lastWrite time.Time
 	lastBeat  time.Time
+	lastTick  time.Time
 	lastCheck time.Time // read and written by tick only
+	// cursor is the position of the last event written: heartbeats carry it, so a watcher never
+	// resumes past a delta still queued for it.
+	cursor string
 }
 
 var _ health.Sink = (*detachedConn)(nil)
@@ -53,6 +62,9 @@ func encodeSSE(ev health.Event) []byte {
 	data, err := ev.MarshalJSON()
 	if err != nil {
 		data = []byte(`{}`)
+	}
+	if ev.Cursor == "" { // an empty id: line would reset the client's Last-Event-ID
+		return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", ev.Type, data)
 	}
 	return fmt.Appendf(nil, "event: %s\nid: %s\ndata: %s\n\n", ev.Type, ev.Cursor, data)
 }
@@ -98,11 +110,14 @@ func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, ndjson b
 	}
 
 	g.metrics.active.WithLabelValues("sse").Inc()
-	g.trackDetached(c, true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !g.trackDetached(c, true) { // the gateway is shutting down
+		c.closeLocked("")
+		return true
+	}
 	now := time.Now()
-	c.lastBeat, c.lastCheck = now, now
+	c.lastBeat, c.lastCheck, c.lastTick = now, now, now
 	if c.writeLocked([]byte(head)) != nil {
 		c.closeLocked("write")
 		return true
@@ -110,7 +125,9 @@ func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, ndjson b
 	// Attach and the first events under c.mu: a delta delivered meanwhile waits for the lock,
 	// so it follows them.
 	var first strings.Builder
-	for _, ev := range g.hub.Attach(since, false, c) {
+	initial, at := g.hub.Attach(since, false, c)
+	c.cursor = at
+	for _, ev := range initial {
 		first.Write(c.encode(ev))
 	}
 	if c.writeLocked([]byte(first.String())) != nil {
@@ -135,8 +152,10 @@ func (c *detachedConn) Deliver(d *health.Delivery) {
 		return
 	}
 	if c.writeLocked(b) != nil {
-		c.closeLocked("write")
+		c.closeLocked("lagged")
+		return
 	}
+	c.cursor = d.Event.Cursor
 }
 
 func (c *detachedConn) writeLocked(b []byte) error {
@@ -147,13 +166,13 @@ func (c *detachedConn) writeLocked(b []byte) error {
 	return err
 }
 
-// nextTickLocked is when the next heartbeat, keep-alive comment or access re-check is due.
+// nextTickLocked is when the connection's timer fires next: for a heartbeat when due, else
+// every keep-alive interval (a keep-alive comment when idle, and a check whether the watcher
+// has gone), or for an access re-check.
 func (c *detachedConn) nextTickLocked(now time.Time) time.Duration {
 	next := c.lastBeat.Add(c.hb)
-	if !c.ndjson {
-		if ka := c.lastWrite.Add(c.g.keepAlive); ka.Before(next) {
-			next = ka
-		}
+	if ka := c.lastTick.Add(c.g.keepAlive); ka.Before(next) {
+		next = ka
 	}
 	if c.g.auth != nil && c.g.recheck > 0 {
 		if rc := c.lastCheck.Add(c.g.recheck); rc.Before(next) {
@@ -161,6 +180,36 @@ func (c *detachedConn) nextTickLocked(now time.Time) time.Duration {
 		}
 	}
 	return max(next.Sub(now), time.Millisecond)
+}
+
+// peerClosed reports whether the watcher has closed its end, with a non-blocking peek at the
+// socket: nothing else reads a connection that was taken over.
+func peerClosed(conn net.Conn) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	var buf [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			closed = n == 0 // an orderly shutdown; bytes sent by the client are left alone
+		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+		default:
+			closed = true // reset
+		}
+		return true // never wait
+	})
+	return closed
 }
 
 // tick runs on the connection's timer.
@@ -179,6 +228,11 @@ func (c *detachedConn) tick() {
 	if c.done {
 		return
 	}
+	c.lastTick = now
+	if peerClosed(c.conn) {
+		c.closeLocked("")
+		return
+	}
 	if refused != nil {
 		_ = c.writeLocked(c.encode(health.Event{Type: health.ErrorEv, GeneratedAt: now.UTC(), Message: refused.Error()}))
 		c.closeLocked("access")
@@ -188,7 +242,7 @@ func (c *detachedConn) tick() {
 	switch {
 	case !now.Before(c.lastBeat.Add(c.hb)):
 		c.lastBeat = now
-		err = c.writeLocked(c.encode(c.g.hub.HeartbeatEvent()))
+		err = c.writeLocked(c.encode(health.HeartbeatAt(c.cursor)))
 	case !c.ndjson && !now.Before(c.lastWrite.Add(c.g.keepAlive)):
 		err = c.writeLocked([]byte(": keep-alive\n\n"))
 	}
@@ -218,30 +272,43 @@ func (c *detachedConn) closeLocked(reason string) {
 	}
 }
 
-func (g *Gateway) trackDetached(c *detachedConn, add bool) {
+// trackDetached adds (false once the gateway is closing) or removes a connection.
+func (g *Gateway) trackDetached(c *detachedConn, add bool) bool {
 	g.detachedMu.Lock()
 	defer g.detachedMu.Unlock()
-	if add {
-		g.detached[c] = struct{}{}
-	} else {
+	if !add {
 		delete(g.detached, c)
+		return true
 	}
+	if g.closing {
+		return false
+	}
+	g.detached[c] = struct{}{}
+	return true
 }
 
 // CloseStreams ends every SSE watch the gateway took over (the HTTP server's Shutdown does not
-// know them). Clients reconnect with their Last-Event-ID.
+// know them) and refuses to take more over. Clients reconnect with their Last-Event-ID. The
+// connections close in parallel: a TLS close may wait on its peer.
 func (g *Gateway) CloseStreams() {
 	g.detachedMu.Lock()
+	g.closing = true
 	conns := make([]*detachedConn, 0, len(g.detached))
 	for c := range g.detached {
 		conns = append(conns, c)
 	}
 	g.detachedMu.Unlock()
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.mu.Lock()
-		c.closeLocked("")
-		c.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.mu.Lock()
+			c.closeLocked("")
+			c.mu.Unlock()
+		}()
 	}
+	wg.Wait()
 }
 
 // DetachedStreams is the number of SSE watches served without a goroutine.

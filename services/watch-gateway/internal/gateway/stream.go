@@ -47,6 +47,7 @@ type Gateway struct {
 
 	detachedMu sync.Mutex
 	detached   map[*detachedConn]struct{}
+	closing    bool
 }
 
 // Authorizer decides whether a bearer token may read the status (access.Reviewer).
@@ -100,6 +101,12 @@ func NewGateway(hub *health.Hub, namespace string, heartbeat time.Duration, maxA
 		keepAlive: keepAliveDefault, detached: map[*detachedConn]struct{}{}}
 }
 
+func (g *Gateway) isClosing() bool {
+	g.detachedMu.Lock()
+	defer g.detachedMu.Unlock()
+	return g.closing
+}
+
 func (g *Gateway) acquire() bool {
 	if g.active.Add(1) > g.maxActive {
 		g.active.Add(-1)
@@ -135,6 +142,11 @@ func (g *Gateway) waitReady(ctx context.Context) {
 
 // ServeHTTP serves GET /api/agents/control-plane/status/stream.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet { // a GET pattern also matches HEAD, which must get no body
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "the status stream answers GET only", http.StatusMethodNotAllowed)
+		return
+	}
 	q := r.URL.Query()
 	if ns := q.Get("namespace"); ns != "" && ns != g.namespace {
 		http.Error(w, fmt.Sprintf("this gateway reports namespace %q, not %q", g.namespace, ns), http.StatusBadRequest)
@@ -159,6 +171,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token, _ := access.BearerToken(r.Header.Get("Authorization"))
 	if err := g.authorizeHTTP(r.Context(), w, token); err != nil {
+		return
+	}
+	if g.isClosing() {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "the gateway is shutting down; retry", http.StatusServiceUnavailable)
 		return
 	}
 	if !g.acquire() {
@@ -212,6 +229,7 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 	if format == "json" {
 		fmt.Fprintf(w, "retry: %d\n\n", retryMillis)
 	}
+	last := sub.At() // heartbeats carry the last delivered position, never one ahead of it
 	for _, ev := range initial {
 		if write(ev) != nil {
 			return
@@ -238,12 +256,13 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 				g.metrics.errors.WithLabelValues("sse", "write").Inc()
 				return
 			}
+			last = ev.Cursor
 		case <-sub.Lagged():
 			g.metrics.errors.WithLabelValues("sse", "lagged").Inc()
 			_ = write(health.Event{Type: health.ErrorEv, GeneratedAt: time.Now(), Message: "this watch fell behind; reconnect with the last event id to resume"})
 			return
 		case <-heartbeat.C:
-			if write(g.hub.HeartbeatEvent()) != nil {
+			if write(health.HeartbeatAt(last)) != nil {
 				return
 			}
 		case <-alive.C:
@@ -304,6 +323,7 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 		return stream.Send(&jangarv1.ControlPlaneStatusEvent{Type: eventTypes[ev.Type], GeneratedAt: timestamppb.New(ev.GeneratedAt),
 			Items: toProto(ev.Items), Message: ev.Message, Cursor: ev.Cursor})
 	}
+	last := sub.At()
 	for _, ev := range initial {
 		if err := send(ev); err != nil {
 			return err
@@ -328,11 +348,12 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 				g.metrics.errors.WithLabelValues("grpc", "send").Inc()
 				return err
 			}
+			last = ev.Cursor
 		case <-sub.Lagged():
 			g.metrics.errors.WithLabelValues("grpc", "lagged").Inc()
 			return status.Error(codes.Unavailable, "this watch fell behind; reconnect with the last cursor to resume")
 		case <-t.C:
-			if err := send(g.hub.HeartbeatEvent()); err != nil {
+			if err := send(health.HeartbeatAt(last)); err != nil {
 				return err
 			}
 		}
