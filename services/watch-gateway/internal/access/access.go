@@ -99,8 +99,9 @@ type Reviewer struct {
 	denyTTL   time.Duration
 	now       func() time.Time
 
-	mu       sync.Mutex
-	cache    map[cacheKey]cached
+	mu sync.Mutex
+	// Grants and refusals are cached apart, so a flood of bad tokens can only evict refusals.
+	allowed, refused map[cacheKey]cached
 	inflight map[cacheKey]*review // one review per key at a time; the others wait for it
 	// Reviews counts TokenReviews and SubjectAccessReviews sent (for tests and metrics).
 	reviews func(kind string)
@@ -123,8 +124,12 @@ type cached struct {
 	expires time.Time
 }
 
-// maxCached bounds the cache; beyond it expired entries go first, then everything.
-const maxCached = 4096
+// maxAllowed and maxRefused bound the two caches; beyond a bound its expired entries go first,
+// then all of it.
+const (
+	maxAllowed = 4096
+	maxRefused = 1024
+)
 
 // ReviewerOptions configure a Reviewer.
 type ReviewerOptions struct {
@@ -145,7 +150,7 @@ func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *
 		o.DenyTTL = 5 * time.Second
 	}
 	r := &Reviewer{kc: kc, namespace: namespace, audiences: o.Audiences, allowTTL: o.AllowTTL, denyTTL: o.DenyTTL,
-		now: time.Now, cache: map[cacheKey]cached{}, inflight: map[cacheKey]*review{}, reviews: o.OnReview}
+		now: time.Now, allowed: map[cacheKey]cached{}, refused: map[cacheKey]cached{}, inflight: map[cacheKey]*review{}, reviews: o.OnReview}
 	if r.reviews == nil {
 		r.reviews = func(string) {}
 	}
@@ -171,7 +176,11 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 	key := cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}
 	now := r.now()
 	r.mu.Lock()
-	if c, ok := r.cache[key]; ok && now.Before(c.expires) {
+	if c, ok := r.allowed[key]; ok && now.Before(c.expires) {
+		r.mu.Unlock()
+		return c.user, c.err
+	}
+	if c, ok := r.refused[key]; ok && now.Before(c.expires) {
 		r.mu.Unlock()
 		return c.user, c.err
 	}
@@ -196,21 +205,21 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 	if KindOf(rv.err) == Unavailable {
 		return "", rv.err // not cached: the next request tries again
 	}
-	ttl := r.allowTTL
+	cache, bound, ttl := r.allowed, maxAllowed, r.allowTTL
 	if rv.err != nil {
-		ttl = r.denyTTL
+		cache, bound, ttl = r.refused, maxRefused, r.denyTTL
 	}
-	if len(r.cache) >= maxCached {
-		for k, c := range r.cache {
+	if len(cache) >= bound {
+		for k, c := range cache {
 			if !now.Before(c.expires) {
-				delete(r.cache, k)
+				delete(cache, k)
 			}
 		}
-		if len(r.cache) >= maxCached {
-			clear(r.cache)
+		if len(cache) >= bound {
+			clear(cache)
 		}
 	}
-	r.cache[key] = cached{user: rv.user, err: rv.err, expires: now.Add(ttl)}
+	cache[key] = cached{user: rv.user, err: rv.err, expires: now.Add(ttl)}
 	return rv.user, rv.err
 }
 

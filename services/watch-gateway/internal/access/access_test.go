@@ -1,8 +1,15 @@
 package access
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestBearerToken(t *testing.T) {
@@ -59,5 +66,52 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("open"); err == nil {
 		t.Error("ParseMode(open) passed")
+	}
+}
+
+// fakeReviews answers TokenReviews (only "good" is authenticated) and access reviews (always
+// allowed), counting the TokenReviews: a pure unit test of the cache, the real API server is in
+// the gateway's integration tests.
+func fakeReviews(t *testing.T) (*fake.Clientset, *int) {
+	t.Helper()
+	kc := fake.NewClientset()
+	n := 0
+	kc.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		n++
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		if tr.Spec.Token == "good" {
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "alice"}}
+		}
+		return true, tr, nil
+	})
+	kc.PrependReactor("create", "localsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.LocalSubjectAccessReview)
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	return kc, &n
+}
+
+func TestBadTokensCannotEvictGrants(t *testing.T) {
+	kc, reviews := fakeReviews(t)
+	r := NewReviewer(kc, "agents", ReviewerOptions{})
+	ctx := t.Context()
+	if user, err := r.Check(ctx, "good", VerbWatch); err != nil || user != "alice" {
+		t.Fatalf("good token: %q %v", user, err)
+	}
+	for i := range 2 * maxAllowed { // more than either cache holds
+		if _, err := r.Check(ctx, fmt.Sprintf("bad-%d", i), VerbWatch); KindOf(err) != Unauthenticated {
+			t.Fatalf("bad token: %v", err)
+		}
+	}
+	before := *reviews
+	if _, err := r.Check(ctx, "good", VerbWatch); err != nil {
+		t.Fatal(err)
+	}
+	if *reviews != before {
+		t.Fatal("the good token was reviewed again: bad tokens evicted its grant")
+	}
+	if _, err := r.Check(ctx, "bad-0", VerbWatch); KindOf(err) != Unauthenticated {
+		t.Fatalf("a refused token passed: %v", err)
 	}
 }
