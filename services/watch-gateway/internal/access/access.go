@@ -102,7 +102,7 @@ type Reviewer struct {
 	mu sync.Mutex
 	// Grants and refusals are cached apart, so a flood of bad tokens can only evict refusals.
 	allowed, refused map[cacheKey]cached
-	inflight map[cacheKey]*review // one review per key at a time; the others wait for it
+	inflight         map[cacheKey]*review // one review per key at a time; the others wait for it
 	// Reviews counts TokenReviews and SubjectAccessReviews sent (for tests and metrics).
 	reviews func(kind string)
 }
