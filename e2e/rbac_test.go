@@ -31,36 +31,12 @@ import (
 // run's spec.
 func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	root := repoRoot(t)
-	helm := mustExist(t, filepath.Join(root, helmPath), "tools")
-	kube, err := testenv.StartKube()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kube.Stop()
+	kube, kubectl := chartOnAPIServer(t, "status-writer", "granted", []string{"granted", "elsewhere"}, "--set", "controller.namespaces={granted}")
 	ctx := context.Background()
-	kubectl := func(args ...string) (string, error) {
-		out, errOut, err := kube.RunKubectl(ctx, args...)
-		return out + errOut, err
-	}
 	for _, ns := range []string{"granted", "elsewhere"} {
-		if out, err := kubectl("create", "namespace", ns); err != nil {
-			t.Fatalf("%v %s", err, out)
-		}
 		if out, err := kubectl("apply", "-n", ns, "-f", filepath.Join(root, "examples", "agentrun.yaml")); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
-	}
-	manifest, err := exec.Command(helm, "template", "status-writer", filepath.Join(root, "charts", "status-writer"),
-		"-n", "granted", "--set", "controller.namespaces={granted}").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
-	chart := filepath.Join(t.TempDir(), "chart.yaml")
-	if err := os.WriteFile(chart, manifest, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := kubectl("apply", "-n", "granted", "-f", chart); err != nil {
-		t.Fatalf("apply chart: %v %s", err, out)
 	}
 
 	// A kubeconfig that acts as the chart's ServiceAccount.
@@ -110,32 +86,7 @@ func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 // the chart's RBAC it reads what it reports on, reviews callers' tokens, refuses a token whose
 // user is not bound to the chart's status-viewer Role and streams to one that is.
 func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
-	root := repoRoot(t)
-	helm := mustExist(t, filepath.Join(root, helmPath), "tools")
-	kube, err := testenv.StartKube()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kube.Stop()
-	ctx := context.Background()
-	kubectl := func(args ...string) (string, error) {
-		out, errOut, err := kube.RunKubectl(ctx, args...)
-		return out + errOut, err
-	}
-	if out, err := kubectl("create", "namespace", "granted"); err != nil {
-		t.Fatalf("%v %s", err, out)
-	}
-	manifest, err := exec.Command(helm, "template", "watch-gateway", filepath.Join(root, "charts", "watch-gateway"), "-n", "granted").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
-	chart := filepath.Join(t.TempDir(), "chart.yaml")
-	if err := os.WriteFile(chart, manifest, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := kubectl("apply", "-n", "granted", "-f", chart); err != nil {
-		t.Fatalf("apply chart: %v %s", err, out)
-	}
+	kube, kubectl := chartOnAPIServer(t, "watch-gateway", "granted", []string{"granted"})
 	asSA := impersonating(t, kube.Kubeconfig, "system:serviceaccount:granted:watch-gateway")
 
 	grpcPort, err := testenv.FreePort()
@@ -241,6 +192,42 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	if out, err := exec.Command(agentctl, "status", "--server", server, "--token-file", tokenFile).CombinedOutput(); err != nil || !strings.Contains(string(out), "crds") {
 		t.Fatalf("agentctl --token-file: %v\n%s", err, out)
 	}
+}
+
+// chartOnAPIServer starts a real API server, creates namespaces and applies what the chart
+// renders for a release in namespace (helm template with flags). It returns the server, stopped
+// when the test ends, and a kubectl that returns stdout and stderr together.
+func chartOnAPIServer(t *testing.T, chart, namespace string, namespaces []string, flags ...string) (*testenv.Kube, func(args ...string) (string, error)) {
+	t.Helper()
+	root := repoRoot(t)
+	helm := mustExist(t, filepath.Join(root, helmPath), "tools")
+	kube, err := testenv.StartKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Stop() })
+	kubectl := func(args ...string) (string, error) {
+		out, errOut, err := kube.RunKubectl(context.Background(), args...)
+		return out + errOut, err
+	}
+	for _, ns := range namespaces {
+		if out, err := kubectl("create", "namespace", ns); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+	}
+	args := append([]string{"template", chart, filepath.Join(root, "charts", chart), "-n", namespace}, flags...)
+	manifest, err := exec.Command(helm, args...).Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v", chart, err)
+	}
+	file := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := os.WriteFile(file, manifest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl("apply", "-n", namespace, "-f", file); err != nil {
+		t.Fatalf("apply chart %s: %v %s", chart, err, out)
+	}
+	return kube, kubectl
 }
 
 // impersonating writes a copy of kubeconfig that acts as user.

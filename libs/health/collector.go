@@ -154,10 +154,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	_, _ = depInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: onDep, UpdateFunc: func(_, n any) { onDep(n) },
 		DeleteFunc: func(obj any) {
-			if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-				obj = t.Obj
-			}
-			if d, isDep := obj.(*appsv1.Deployment); isDep {
+			if d, isDep := deleted(obj).(*appsv1.Deployment); isDep {
 				c.mu.Lock()
 				delete(c.deploys, serviceName(d))
 				c.mu.Unlock()
@@ -185,10 +182,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: onPod, UpdateFunc: func(_, n any) { onPod(n) },
 		DeleteFunc: func(obj any) {
-			if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-				obj = t.Obj
-			}
-			if p, isPod := obj.(*corev1.Pod); isPod {
+			if p, isPod := deleted(obj).(*corev1.Pod); isPod {
 				c.mu.Lock()
 				delete(c.pods, p.Name)
 				c.mu.Unlock()
@@ -339,6 +333,15 @@ func podService(p *corev1.Pod) string {
 		return n
 	}
 	return p.Name
+}
+
+// deleted is the object of a delete notification, which may come as a tombstone when the watch
+// missed the deletion itself.
+func deleted(obj any) any {
+	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+		return t.Obj
+	}
+	return obj
 }
 
 func serviceName(d *appsv1.Deployment) string {

@@ -130,16 +130,9 @@ func (h *Hub) snapshotLocked() Event {
 	return Event{Type: Snapshot, GeneratedAt: h.now().UTC(), Items: append([]Item(nil), h.current...), Cursor: h.cursor(h.seq)}
 }
 
-// HeartbeatEvent is a heartbeat carrying the hub's latest cursor. A stream must not send it to
-// a watcher that may not have every delta up to there yet (resuming from it would skip them):
-// it sends HeartbeatAt with the cursor of the last event it delivered.
-func (h *Hub) HeartbeatEvent() Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return HeartbeatAt(h.cursor(h.seq))
-}
-
-// HeartbeatAt is a heartbeat carrying cursor: the position of the last event the watcher got.
+// HeartbeatAt is a heartbeat carrying cursor: the position of the last event the watcher got
+// (Subscription.At or Attach's position, then each delta's cursor). The hub has no "heartbeat
+// at the newest position": a delta still queued for a watcher would be skipped on resume.
 func HeartbeatAt(cursor string) Event {
 	return Event{Type: Heartbeat, GeneratedAt: time.Now().UTC(), Cursor: cursor}
 }

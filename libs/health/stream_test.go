@@ -56,7 +56,7 @@ func TestExpiredOrInvalidCursorGetsASnapshot(t *testing.T) {
 	for name, c := range map[string]string{
 		"expired":         first[0].Cursor,
 		"garbage":         "not-a-cursor",
-		"other process":   NewHub(2, 10).HeartbeatEvent().Cursor,
+		"other process":   NewHub(2, 10).Current().Cursor,
 		"from the future": h.cursor(99),
 	} {
 		evs, s := h.Subscribe(c, true)
@@ -205,4 +205,30 @@ func TestDeliveryEncodesOnce(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("encoded %d times, want once", calls)
 	}
+}
+
+// TestPositionIsWhatTheWatcherWasSent: a heartbeat carries the position a watcher has reached;
+// a delta queued for it but not yet taken must not move that position, or resuming from the
+// heartbeat would skip the delta.
+func TestPositionIsWhatTheWatcherWasSent(t *testing.T) {
+	h := NewHub(10, 10)
+	h.Update(items(Healthy))
+	before := h.Current().Cursor
+	_, sub := h.Subscribe("", true)
+	defer sub.Close()
+	sink := &recordingSink{done: make(chan struct{}), want: 1}
+	sink.mu.Lock() // the delta waits, as behind a slow socket
+	_, at := h.Attach("", true, sink)
+	d, _ := h.Update(items(Degraded))
+	if sub.At() != before || at != before {
+		t.Fatalf("positions %q / %q moved to the queued delta %q; want %q", sub.At(), at, d.Cursor, before)
+	}
+	if got := HeartbeatAt(sub.At()); got.Type != Heartbeat || got.Cursor != before {
+		t.Fatalf("heartbeat %+v", got)
+	}
+	sink.mu.Unlock()
+	if ev := <-sub.Events(); ev.Cursor != d.Cursor {
+		t.Fatalf("the delta after the position: %q, want %q", ev.Cursor, d.Cursor)
+	}
+	<-sink.done
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -46,13 +45,9 @@ func (a grpcAccess) dialOptions() (grpcx.ClientOptions, error) {
 	if a.tlsEnabled() {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.serverName}
 		if a.caFile != "" {
-			pem, err := os.ReadFile(a.caFile)
+			pool, err := grpcx.CertPool(a.caFile)
 			if err != nil {
-				return o, fmt.Errorf("read --tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return o, fmt.Errorf("--tls-ca %s holds no PEM certificate", a.caFile)
+				return o, fmt.Errorf("--tls-ca: %w", err)
 			}
 			cfg.RootCAs = pool
 		}

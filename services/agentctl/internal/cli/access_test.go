@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,5 +43,14 @@ func TestGRPCAccessOptions(t *testing.T) {
 	}
 	if o, err := (grpcAccess{serverName: "gw"}).dialOptions(); err != nil || o.TLS == nil {
 		t.Fatalf("--tls-server-name alone turns TLS on: %+v %v", o, err)
+	}
+}
+
+func TestTheTokenIsNotShownInHelp(t *testing.T) {
+	t.Setenv("AGENTCTL_TOKEN", "s3cret-token-value")
+	var out bytes.Buffer
+	Execute(t.Context(), []string{"status", "--help"}, &out, &out)
+	if !strings.Contains(out.String(), "--token") || strings.Contains(out.String(), "s3cret-token-value") {
+		t.Fatalf("help shows the token (or no --token flag):\n%s", out.String())
 	}
 }

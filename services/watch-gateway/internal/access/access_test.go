@@ -115,3 +115,21 @@ func TestBadTokensCannotEvictGrants(t *testing.T) {
 		t.Fatalf("a refused token passed: %v", err)
 	}
 }
+
+func TestAFailedReviewSaysOnlyThatToTheCaller(t *testing.T) {
+	kc := fake.NewClientset()
+	kc.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf(`tokenreviews.authentication.k8s.io is forbidden: User "system:serviceaccount:agents:watch-gateway" cannot create resource`)
+	})
+	reviews := 0
+	r := NewReviewer(kc, "agents", ReviewerOptions{OnReview: func(string) { reviews++ }})
+	for range 2 {
+		_, err := r.Check(t.Context(), "some-token", VerbWatch)
+		if KindOf(err) != Unavailable || strings.Contains(err.Error(), "serviceaccount") || !strings.Contains(err.Error(), "retry") {
+			t.Fatalf("%v: want Unavailable, saying retry and nothing of the API server's answer", err)
+		}
+	}
+	if reviews != 2 {
+		t.Fatalf("%d reviews for two checks: a failed review must not be cached", reviews)
+	}
+}

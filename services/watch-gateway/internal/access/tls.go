@@ -2,10 +2,10 @@ package access
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
 )
 
 // TLSFiles name the PEM files of the gateway's TLS: its certificate and key, and for mtls the
@@ -41,13 +41,9 @@ func ServerConfig(mode Mode, f TLSFiles) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if mode == MTLS {
-		pem, err := os.ReadFile(f.ClientCAFile)
+		pool, err := grpcx.CertPool(f.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("read the client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("JANGAR_WATCH_TLS_CLIENT_CA_FILE %s holds no PEM certificate", f.ClientCAFile)
+			return nil, fmt.Errorf("JANGAR_WATCH_TLS_CLIENT_CA_FILE: %w", err)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert

@@ -1,0 +1,21 @@
+package grpcx
+
+import (
+	"crypto/x509"
+	"fmt"
+	"os"
+)
+
+// CertPool reads a PEM file of CA certificates, for verifying a server (clients) or client
+// certificates (mTLS servers). A file without any certificate is an error, not an empty pool.
+func CertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
