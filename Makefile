@@ -32,6 +32,7 @@ ETCD               := $(TOOLS)/etcd/$(ETCD_VERSION)/etcd
 KWOK_DIR           := $(TOOLS)/kwok/$(KWOK_VERSION)
 KWOK               := $(KWOK_DIR)/kwok
 KWOK_STAGES        := $(KWOK_DIR)/stages/.done
+KWOK_POD_STAGES    := $(wildcard hack/local/kwok-stages/*.yaml)
 CONTROLLER_GEN     := $(TOOLS)/controller-gen/$(CONTROLLER_GEN_VERSION)/controller-gen
 HELM               := $(TOOLS)/helm/$(HELM_VERSION)/helm
 BUF                := $(TOOLS)/buf/$(BUF_VERSION)/buf
@@ -87,13 +88,17 @@ $(ETCD): hack/tools/etcd/go.mod hack/tools/etcd/go.sum
 $(KWOK):
 	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
-# kwok refuses to start without Stage definitions; its module ships them.
-$(KWOK_STAGES):
+# kwok refuses to start without Stage definitions. The node stages come from its module; the pod
+# stages are ours (hack/local/kwok-stages: kwok's general ones plus the agentplane.dev/simulate-*
+# annotations). The folder is emptied first so that no stale stage is loaded beside ours; the
+# stage folder is a prerequisite too, so that a removed or renamed stage also re-copies.
+$(KWOK_STAGES): $(KWOK_POD_STAGES) hack/local/kwok-stages
 	@mkdir -p $(@D)
+	@rm -f $(@D)/*.yaml
 	@src=$$(GOWORK=off GOFLAGS=-mod=mod go mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | awk -F'"' '/"Dir"/{print $$4}'); \
 	 cp $$src/kustomize/stage/node/fast/node-initialize.yaml \
 	    $$src/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml $(@D)/; \
-	 for f in $$src/kustomize/stage/pod/general/pod-*.yaml; do cp $$f $(@D)/; done; \
+	 cp $(KWOK_POD_STAGES) $(@D)/; \
 	 chmod u+w $(@D)/*.yaml; touch $@
 
 $(CONTROLLER_GEN):

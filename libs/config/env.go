@@ -34,6 +34,10 @@ func (e *Env) raw(name string) (string, bool) {
 	return v, v != ""
 }
 
+// Fail records that variable name holds value, which is not want ("a port between 0 and
+// 65535"); Err reports it with the others.
+func (e *Env) Fail(name, value, want string) { e.fail(name, value, want) }
+
 func (e *Env) fail(name, value, want string) {
 	e.errs = append(e.errs, fmt.Errorf("%s=%q is not %s", name, value, want))
 }

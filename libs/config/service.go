@@ -32,6 +32,9 @@ type Service struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease: JANGAR_LEADER_ELECTION_NAMESPACE.
 	LeaderElectionNamespace string
+	// Lease timings: JANGAR_LEADER_ELECTION_LEASE_DURATION (15s), _RENEW_DEADLINE (10s),
+	// _RETRY_PERIOD (2s). A replica that stops renewing is replaced within the lease duration.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// KubeQPS and KubeBurst bound the client-side request rate to the API server:
 	// JANGAR_KUBE_API_QPS, JANGAR_KUBE_API_BURST.
 	KubeQPS   int
@@ -64,6 +67,13 @@ func LoadService(env *Env, name string, defaultGRPCPort, defaultMetricsPort int)
 	s.LeaderElection = env.Bool("JANGAR_LEADER_ELECTION_ENABLED", false)
 	s.PodNamespace = env.String("POD_NAMESPACE", "default")
 	s.LeaderElectionNamespace = env.String("JANGAR_LEADER_ELECTION_NAMESPACE", s.PodNamespace)
+	s.LeaseDuration = env.Duration("JANGAR_LEADER_ELECTION_LEASE_DURATION", 15*time.Second)
+	s.RenewDeadline = env.Duration("JANGAR_LEADER_ELECTION_RENEW_DEADLINE", 10*time.Second)
+	s.RetryPeriod = env.Duration("JANGAR_LEADER_ELECTION_RETRY_PERIOD", 2*time.Second)
+	if s.LeaderElection && !(s.LeaseDuration > s.RenewDeadline && s.RenewDeadline > s.RetryPeriod && s.RetryPeriod > 0) {
+		env.fail("JANGAR_LEADER_ELECTION_RENEW_DEADLINE", s.RenewDeadline.String(),
+			"between JANGAR_LEADER_ELECTION_RETRY_PERIOD and JANGAR_LEADER_ELECTION_LEASE_DURATION (lease > renew deadline > retry period > 0)")
+	}
 	s.Identity = env.String("POD_NAME", host)
 	if grpcPort < 0 || grpcPort > 65535 {
 		env.fail("JANGAR_GRPC_PORT", strconv.Itoa(grpcPort), "a port between 0 and 65535")

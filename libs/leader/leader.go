@@ -4,6 +4,7 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/logging"
 )
 
@@ -76,4 +78,22 @@ func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(c
 		return fmt.Errorf("lost leadership of lease %s/%s", c.Namespace, c.Name)
 	}
 	return nil
+}
+
+// RunService runs work for a service: under the Lease named after the service when
+// JANGAR_LEADER_ELECTION_ENABLED is true (only the leader works; see Run), else at once. It is
+// the one way run-controller, job-gc and cancel-propagator elect a leader.
+func RunService(ctx context.Context, cfg config.Service, client kubernetes.Interface, work func(ctx context.Context) error) error {
+	if !cfg.LeaderElection {
+		return work(ctx)
+	}
+	var werr error
+	err := Run(ctx, client, Config{
+		Namespace: cfg.LeaderElectionNamespace, Name: "agentplane-" + cfg.Name, Identity: cfg.Identity,
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+	}, func(ctx context.Context) { werr = work(ctx) })
+	if werr != nil && !errors.Is(werr, context.Canceled) {
+		return werr
+	}
+	return err
 }

@@ -21,6 +21,9 @@ const (
 	JobCreated = "JobCreated"
 	// ReconcileError: a transient failure (API server, network); retried.
 	ReconcileError = "ReconcileError"
+	// QueueFull: a run was refused because too many runs already wait for a slot
+	// (JANGAR_AGENTS_CONTROLLER_QUEUE_*).
+	QueueFull = "QueueFull"
 )
 
 // Reasons of OrchestrationRun cancellation (seed 003).
@@ -38,7 +41,7 @@ const (
 
 var all = map[string]bool{
 	InvalidSpec: true, MissingSecret: true, Forbidden: true,
-	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true,
+	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true, QueueFull: true,
 	CancelRequested: true, Cancelled: true, CancelTimedOut: true, CancelIgnoredTerminal: true,
 }
 

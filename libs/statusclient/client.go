@@ -6,12 +6,9 @@ package statusclient
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/agentplane/agentplane/libs/grpcx"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
@@ -65,29 +62,11 @@ func (c *Client) Write(ctx context.Context, req *pb.WriteStatusRequest) (*pb.Wri
 	if req.GetFieldManager() == "" {
 		req.FieldManager = c.o.FieldManager
 	}
-	deadline := time.Now().Add(c.o.RetryFor)
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, c.o.AttemptTimeout)
-		resp, err := c.rpc.WriteStatus(actx, req, grpc.WaitForReady(true))
-		cancel()
-		if err == nil {
-			return resp, nil
-		}
-		code := status.Code(err)
-		retryable := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil)
-		if !retryable {
-			return nil, err
-		}
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		if ctx.Err() != nil || time.Now().Add(sleep).After(deadline) {
-			return nil, fmt.Errorf("status-writer unavailable after %d attempts: %w", attempt, err)
-		}
-		select {
-		case <-time.After(sleep):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("status-writer unavailable after %d attempts: %w", attempt, err)
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+	var resp *pb.WriteStatusResponse
+	err := grpcx.RetryUnavailable(ctx, grpcx.Retry{AttemptTimeout: c.o.AttemptTimeout, RetryFor: c.o.RetryFor}, "status-writer",
+		func(ctx context.Context) (err error) {
+			resp, err = c.rpc.WriteStatus(ctx, req, grpc.WaitForReady(true))
+			return err
+		})
+	return resp, err
 }

@@ -80,6 +80,9 @@ type AgentSecurity struct {
 
 // AgentRunDefaults apply to every AgentRun of the agent unless the run overrides them.
 type AgentRunDefaults struct {
+	// Image runs the agent when a run names none in spec.workload.image.
+	// +optional
+	Image string `json:"image,omitempty"`
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
@@ -220,6 +223,11 @@ type WorkflowStep struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	RetryBackoffSeconds int32 `json:"retryBackoffSeconds,omitempty"`
+	// TimeoutSeconds bounds one attempt of the step (the Job's activeDeadlineSeconds); 0 means
+	// the Agent's default.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 }
 
 // WorkloadSpec is the container a run's Jobs execute.

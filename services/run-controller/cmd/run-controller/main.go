@@ -1,11 +1,15 @@
-// Command run-controller turns AgentRuns into Jobs and OrchestrationRuns into AgentRuns.
+// Command run-controller turns AgentRuns into Jobs and OrchestrationRuns into AgentRuns, writing
+// status through status-writer and events through event-emitter.
 //
-// Configuration comes from the environment (JANGAR_GRPC_HOST, JANGAR_GRPC_PORT,
-// JANGAR_METRICS_ADDR, KUBECONFIG, OTEL_*); see docs/architecture.md.
+// Configuration comes from the environment (JANGAR_*, KUBECONFIG, OTEL_*); see
+// docs/architecture.md.
 package main
 
-import "github.com/agentplane/agentplane/libs/app"
+import (
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/services/run-controller/internal/service"
+)
 
 func main() {
-	app.Main("run-controller", 50056, 9106, nil)
+	app.Main("run-controller", 50056, 9106, service.Setup)
 }

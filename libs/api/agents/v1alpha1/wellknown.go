@@ -1,0 +1,32 @@
+package v1alpha1
+
+// Labels, annotations and the finalizer that run-controller puts on what it creates. job-gc and
+// cancel-propagator find a run's Jobs and an OrchestrationRun's AgentRuns by them.
+const (
+	// LabelAgentRun names the AgentRun a Job (and its pods) runs.
+	LabelAgentRun = "agents.proompteng.ai/agent-run"
+	// LabelAgent names the Agent of the run.
+	LabelAgent = "agents.proompteng.ai/agent"
+	// LabelWorkflowStep names the workflow step a Job runs.
+	LabelWorkflowStep = "agents.proompteng.ai/workflow-step"
+	// LabelAttempt is the attempt number of a workflow step's Job, from 1.
+	LabelAttempt = "agents.proompteng.ai/attempt"
+	// LabelOrchestrationRun names the OrchestrationRun an AgentRun (and its Jobs) belongs to.
+	LabelOrchestrationRun = "orchestration.proompteng.ai/run"
+	// LabelOrchestrationStep names the Orchestration step an AgentRun runs.
+	LabelOrchestrationStep = "orchestration.proompteng.ai/step"
+	// LabelManagedBy is app.kubernetes.io/managed-by; run-controller's Jobs and pods carry
+	// ManagedByRunController in it, and its informers watch only those.
+	LabelManagedBy         = "app.kubernetes.io/managed-by"
+	ManagedByRunController = "agentplane-run-controller"
+
+	// FinalizerJobResult keeps a run's Job readable until job-gc has seen its outcome recorded
+	// in the AgentRun's status.
+	FinalizerJobResult = "agents.proompteng.ai/job-result"
+
+	// AnnotationSimulatePrefix: annotations of a run (or of the OrchestrationRun it came from)
+	// that start with it are copied onto the Job's pod template, where the local control
+	// plane's kwok Stages read them: agentplane.dev/simulate-duration ("600s") and
+	// agentplane.dev/simulate-exit-code ("1").
+	AnnotationSimulatePrefix = "agentplane.dev/simulate-"
+)

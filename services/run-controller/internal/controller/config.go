@@ -1,0 +1,136 @@
+package controller
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/agentplane/agentplane/libs/config"
+)
+
+// Config is run-controller's own configuration, read from the environment (the seeds'
+// JANGAR_* names; the chart's values map onto them one to one).
+type Config struct {
+	// Namespaces the controller acts in.
+	Namespaces []string
+	// JobTTLSeconds is the ttlSecondsAfterFinished of every Job: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS.
+	JobTTLSeconds int32
+	// JobFinalizer puts agents.proompteng.ai/job-result on every Job so that job-gc can keep it
+	// until its result is in the run's status: JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED.
+	JobFinalizer bool
+	// Workers reconcile in parallel, per kind: JANGAR_AGENTS_CONTROLLER_WORKERS.
+	Workers int
+	// Policy is the admission policy: JANGAR_AGENTS_CONTROLLER_{IMAGES,LABELS}_* and BLOCKED_SECRETS.
+	Policy Policy
+	// Limits are the concurrency, queue and start-rate limits.
+	Limits Limits
+	// Identity names this replica in events.
+	Identity string
+}
+
+// Policy is the seeds' admission policy for runs. Patterns use path.Match syntax
+// (registry.example.com/agents/*); label entries are label keys.
+type Policy struct {
+	ImagesAllowed  []string
+	ImagesDenied   []string
+	LabelsRequired []string
+	LabelsAllowed  []string
+	LabelsDenied   []string
+	BlockedSecrets []string
+}
+
+// Limits bound how many runs run and wait. Zero means no limit.
+type Limits struct {
+	// Runs that may run at once, per namespace, per Agent and in the whole cluster.
+	ConcurrencyNamespace, ConcurrencyAgent, ConcurrencyCluster int
+	// Runs that may wait for a slot, per namespace, per repository and in the whole cluster; a
+	// run that would wait beyond it fails with reason QueueFull.
+	QueueNamespace, QueueRepo, QueueCluster int
+	// Runs that may start within RateWindow, per namespace, per repository and in the cluster.
+	RateWindow                            time.Duration
+	RateNamespace, RateRepo, RateCluster int
+}
+
+// Any reports whether any limit is set.
+func (l Limits) Any() bool {
+	return l.ConcurrencyNamespace+l.ConcurrencyAgent+l.ConcurrencyCluster+l.QueueNamespace+l.QueueRepo+
+		l.QueueCluster+l.RateNamespace+l.RateRepo+l.RateCluster > 0
+}
+
+// The environment variables, by name, so that the chart test can find them.
+const (
+	envJobTTL        = "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS"
+	envJobFinalizer  = "JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED"
+	envWorkers       = "JANGAR_AGENTS_CONTROLLER_WORKERS"
+	envImagesAllowed = "JANGAR_AGENTS_CONTROLLER_IMAGES_ALLOWED"
+	envImagesDenied  = "JANGAR_AGENTS_CONTROLLER_IMAGES_DENIED"
+	envLabelsReq     = "JANGAR_AGENTS_CONTROLLER_LABELS_REQUIRED"
+	envLabelsAllowed = "JANGAR_AGENTS_CONTROLLER_LABELS_ALLOWED"
+	envLabelsDenied  = "JANGAR_AGENTS_CONTROLLER_LABELS_DENIED"
+	envBlockedSecret = "JANGAR_AGENTS_CONTROLLER_BLOCKED_SECRETS"
+	envConcNS        = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_NAMESPACE"
+	envConcAgent     = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_AGENT"
+	envConcCluster   = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_CLUSTER"
+	envQueueNS       = "JANGAR_AGENTS_CONTROLLER_QUEUE_NAMESPACE"
+	envQueueRepo     = "JANGAR_AGENTS_CONTROLLER_QUEUE_REPO"
+	envQueueCluster  = "JANGAR_AGENTS_CONTROLLER_QUEUE_CLUSTER"
+	envRateWindow    = "JANGAR_AGENTS_CONTROLLER_RATE_WINDOW_SECONDS"
+	envRateNS        = "JANGAR_AGENTS_CONTROLLER_RATE_NAMESPACE"
+	envRateRepo      = "JANGAR_AGENTS_CONTROLLER_RATE_REPO"
+	envRateCluster   = "JANGAR_AGENTS_CONTROLLER_RATE_CLUSTER"
+)
+
+// LoadConfig reads the controller's settings; every bad value is reported at once, by name.
+func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
+	c := Config{Namespaces: svc.Namespaces, Identity: svc.Identity}
+	if len(c.Namespaces) == 0 {
+		c.Namespaces = []string{svc.PodNamespace}
+	}
+	nonNeg := func(name string, def int) int {
+		v := env.Int(name, def)
+		if v < 0 {
+			env.Fail(name, fmt.Sprint(v), "a whole number of 0 or more (0: no limit)")
+		}
+		return v
+	}
+	ttl := nonNeg(envJobTTL, 600)
+	c.JobTTLSeconds = int32(min(ttl, 1<<31-1))
+	c.JobFinalizer = env.Bool(envJobFinalizer, true)
+	c.Workers = env.Int(envWorkers, 4)
+	if c.Workers < 1 || c.Workers > 256 {
+		env.Fail(envWorkers, fmt.Sprint(c.Workers), "between 1 and 256")
+	}
+	c.Policy = Policy{
+		ImagesAllowed:  env.List(envImagesAllowed, nil),
+		ImagesDenied:   env.List(envImagesDenied, nil),
+		LabelsRequired: env.List(envLabelsReq, nil),
+		LabelsAllowed:  env.List(envLabelsAllowed, nil),
+		LabelsDenied:   env.List(envLabelsDenied, nil),
+		BlockedSecrets: env.List(envBlockedSecret, nil),
+	}
+	for name, pats := range map[string][]string{envImagesAllowed: c.Policy.ImagesAllowed, envImagesDenied: c.Policy.ImagesDenied} {
+		for _, p := range pats {
+			if _, err := path.Match(p, ""); err != nil {
+				env.Fail(name, p, "image patterns in path.Match syntax, e.g. registry.example.com/agents/*")
+			}
+		}
+	}
+	c.Limits = Limits{
+		ConcurrencyNamespace: nonNeg(envConcNS, 0), ConcurrencyAgent: nonNeg(envConcAgent, 0),
+		ConcurrencyCluster: nonNeg(envConcCluster, 0),
+		QueueNamespace:     nonNeg(envQueueNS, 0), QueueRepo: nonNeg(envQueueRepo, 0), QueueCluster: nonNeg(envQueueCluster, 0),
+		RateNamespace: nonNeg(envRateNS, 0), RateRepo: nonNeg(envRateRepo, 0), RateCluster: nonNeg(envRateCluster, 0),
+	}
+	window := nonNeg(envRateWindow, 60)
+	if window == 0 && c.Limits.RateNamespace+c.Limits.RateRepo+c.Limits.RateCluster > 0 {
+		env.Fail(envRateWindow, "0", "at least 1 second when a RATE_* limit is set")
+	}
+	c.Limits.RateWindow = time.Duration(window) * time.Second
+	if err := env.Err(); err != nil {
+		return c, fmt.Errorf("run-controller: %w", err)
+	}
+	return c, nil
+}
+
+func describeList(l []string) string { return strings.Join(l, ", ") }

@@ -1,0 +1,42 @@
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/kube"
+)
+
+// restClientFor is a typed REST client for one agentplane API group: informers list and watch
+// through it, and the controller creates AgentRuns with it.
+func restClientFor(base *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, error) {
+	cfg := rest.CopyConfig(base)
+	cfg.GroupVersion = &gv
+	cfg.APIPath = "/apis"
+	cfg.ContentType = runtime.ContentTypeJSON
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(kube.Scheme).WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("REST client for %s: %w", gv, err)
+	}
+	return rc, nil
+}
+
+// newInformer watches one resource of one namespace into typed objects of the example's type.
+func newInformer(rc *rest.RESTClient, resource, namespace string, example runtime.Object, indexers cache.Indexers) cache.SharedIndexInformer {
+	lw := cache.NewListWatchFromClient(rc, resource, namespace, fields.Everything())
+	return cache.NewSharedIndexInformer(lw, example, 0, indexers)
+}
+
+var (
+	agentsGV = agentsv1alpha1.GroupVersion
+	orchGV   = orchv1alpha1.GroupVersion
+)

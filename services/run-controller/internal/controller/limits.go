@@ -1,0 +1,302 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+)
+
+// Status reasons of admission.
+const (
+	ReasonQueued    = "Queued"
+	ReasonQueueFull = "QueueFull"
+)
+
+// scopes are what a run counts against: its namespace, its Agent and its repository.
+type scopes struct{ ns, agent, repo string }
+
+func scopesOf(ar *agentsv1alpha1.AgentRun) scopes {
+	return scopes{ns: ar.Namespace, agent: nsKey(ar.Namespace, ar.Spec.AgentRef.Name), repo: repoOf(ar)}
+}
+
+// repoOf is the repository a run works on: parameters.repository (or repo), else the name of
+// its vcsRef. Runs with none count against no repository limit.
+func repoOf(ar *agentsv1alpha1.AgentRun) string {
+	for _, k := range []string{"repository", "repo"} {
+		if v := ar.Spec.Parameters[k]; v != "" {
+			return v
+		}
+	}
+	if ar.Spec.VcsRef != nil {
+		return nsKey(ar.Namespace, ar.Spec.VcsRef.Name)
+	}
+	return ""
+}
+
+type startRecord struct {
+	at time.Time
+	s  scopes
+}
+
+// decision is what admission says about a run that has not started.
+type decision struct {
+	start, refuse   bool
+	reason, message string
+	retryAfter      time.Duration
+}
+
+// admission applies the concurrency, queue and start-rate limits. The controller acts on one
+// replica at a time (leader election), so the counts live here, rebuilt from the cache at start.
+// Runs start in creation order: a run may take a slot only when the runs created before it
+// that have not started yet leave one free in each of its scopes.
+type admission struct {
+	l          Limits
+	notStarted func() []*agentsv1alpha1.AgentRun
+
+	mu     sync.Mutex
+	active map[string]scopes
+	starts []startRecord
+	// held are runs that cannot start for another reason (a bad spec, a missing Agent or
+	// Secret, a full queue): they do not hold up the runs behind them.
+	held map[string]bool
+}
+
+func newAdmission(l Limits, notStarted func() []*agentsv1alpha1.AgentRun) *admission {
+	return &admission{l: l, notStarted: notStarted, active: map[string]scopes{}, held: map[string]bool{}}
+}
+
+// seed counts the runs that already started and have not finished.
+func (a *admission) seed(runs []*agentsv1alpha1.AgentRun) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ar := range runs {
+		if !isTerminal(ar.Status.Phase) && hasStarted(ar) {
+			a.active[nsKey(ar.Namespace, ar.Name)] = scopesOf(ar)
+		}
+	}
+}
+
+// hasStarted reports whether a run's first Job is recorded in its status.
+func hasStarted(ar *agentsv1alpha1.AgentRun) bool {
+	if ar.Status.JobRef != nil {
+		return true
+	}
+	if ar.Status.Workflow != nil {
+		for _, s := range ar.Status.Workflow.Steps {
+			if s.JobRef != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// admit decides whether the run may create its first Job now. A run that may is counted as
+// active at once, so that the next decision sees it.
+func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
+	key := nsKey(ar.Namespace, ar.Name)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.held, key)
+	if _, ok := a.active[key]; ok {
+		return decision{start: true}
+	}
+	s := scopesOf(ar)
+	if !a.l.Any() {
+		a.active[key] = s
+		return decision{start: true}
+	}
+	// Runs created before this one that have not started: they go first.
+	var older []scopes
+	for _, o := range a.notStarted() {
+		ok := nsKey(o.Namespace, o.Name)
+		if ok == key || a.held[ok] {
+			continue
+		}
+		if _, act := a.active[ok]; act {
+			continue
+		}
+		if createdBefore(o, ar) {
+			older = append(older, scopesOf(o))
+		}
+	}
+	type scope struct {
+		kind, name, env string
+		limit           int
+		match           func(scopes) bool
+	}
+	window := now.Add(-a.l.RateWindow)
+	kept := a.starts[:0]
+	for _, st := range a.starts {
+		if st.at.After(window) {
+			kept = append(kept, st)
+		}
+	}
+	a.starts = kept
+	countOlder := func(m func(scopes) bool) int {
+		n := 0
+		for _, o := range older {
+			if m(o) {
+				n++
+			}
+		}
+		return n
+	}
+	all := func(scopes) bool { return true }
+	inNS := func(o scopes) bool { return o.ns == s.ns }
+	ofAgent := func(o scopes) bool { return o.agent == s.agent }
+	inRepo := func(o scopes) bool { return s.repo != "" && o.repo == s.repo }
+
+	var wait *decision
+	conc := []scope{
+		{"cluster", "the cluster", envConcCluster, a.l.ConcurrencyCluster, all},
+		{"namespace", "namespace " + s.ns, envConcNS, a.l.ConcurrencyNamespace, inNS},
+		{"agent", "agent " + s.agent, envConcAgent, a.l.ConcurrencyAgent, ofAgent},
+	}
+	for _, sc := range conc {
+		if sc.limit <= 0 {
+			continue
+		}
+		running := 0
+		for _, o := range a.active {
+			if sc.match(o) {
+				running++
+			}
+		}
+		ahead := countOlder(sc.match)
+		if running+ahead >= sc.limit {
+			wait = &decision{reason: ReasonQueued, retryAfter: 30 * time.Second, message: fmt.Sprintf(
+				"waiting for a slot: %s runs %d of %d at once (%s=%d), %d created earlier still waiting",
+				sc.name, running, sc.limit, sc.env, sc.limit, ahead)}
+			break
+		}
+	}
+	if wait == nil {
+		rate := []scope{
+			{"cluster", "the cluster", envRateCluster, a.l.RateCluster, all},
+			{"namespace", "namespace " + s.ns, envRateNS, a.l.RateNamespace, inNS},
+			{"repo", "repository " + s.repo, envRateRepo, a.l.RateRepo, inRepo},
+		}
+		for _, sc := range rate {
+			if sc.limit <= 0 || (sc.kind == "repo" && s.repo == "") {
+				continue
+			}
+			var first time.Time
+			n := 0
+			for _, st := range a.starts {
+				if sc.match(st.s) {
+					if n == 0 {
+						first = st.at
+					}
+					n++
+				}
+			}
+			ahead := countOlder(sc.match)
+			if n+ahead >= sc.limit {
+				after := time.Second
+				if n > 0 {
+					after = max(first.Add(a.l.RateWindow).Sub(now), 100*time.Millisecond)
+				}
+				wait = &decision{reason: ReasonQueued, retryAfter: after, message: fmt.Sprintf(
+					"waiting for the start rate: %s started %d runs in the last %s (%s=%d per %s=%d)",
+					sc.name, n, a.l.RateWindow, sc.env, sc.limit, envRateWindow, int(a.l.RateWindow.Seconds()))}
+				break
+			}
+		}
+	}
+	if wait == nil {
+		a.active[key] = s
+		a.starts = append(a.starts, startRecord{at: now, s: s})
+		return decision{start: true}
+	}
+	queues := []scope{
+		{"cluster", "the cluster", envQueueCluster, a.l.QueueCluster, all},
+		{"namespace", "namespace " + s.ns, envQueueNS, a.l.QueueNamespace, inNS},
+		{"repo", "repository " + s.repo, envQueueRepo, a.l.QueueRepo, inRepo},
+	}
+	for _, sc := range queues {
+		if sc.limit <= 0 || (sc.kind == "repo" && s.repo == "") {
+			continue
+		}
+		if ahead := countOlder(sc.match); ahead >= sc.limit {
+			a.held[key] = true
+			return decision{refuse: true, reason: ReasonQueueFull, message: fmt.Sprintf(
+				"refused: %d runs already wait in %s's queue (%s=%d); create the run again once some have started",
+				ahead, sc.name, sc.env, sc.limit)}
+		}
+	}
+	return *wait
+}
+
+// hold marks a run that waits for another reason, so that it does not hold up younger runs.
+func (a *admission) hold(key string) {
+	a.mu.Lock()
+	a.held[key] = true
+	a.mu.Unlock()
+}
+
+// unstart undoes admit for a run whose Job could not be created.
+func (a *admission) unstart(key string) {
+	a.mu.Lock()
+	delete(a.active, key)
+	a.mu.Unlock()
+}
+
+// release forgets a finished or deleted run; it reports whether a slot was freed.
+func (a *admission) release(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.held, key)
+	if _, ok := a.active[key]; ok {
+		delete(a.active, key)
+		return true
+	}
+	return false
+}
+
+// activeCount is the number of runs counted as running.
+func (a *admission) activeCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.active)
+}
+
+func createdBefore(a, b *agentsv1alpha1.AgentRun) bool {
+	ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+// notStartedRuns lists, from the cache, the runs that have not started and are not finished.
+func (c *Controller) notStartedRuns() []*agentsv1alpha1.AgentRun {
+	var out []*agentsv1alpha1.AgentRun
+	for _, ar := range c.allRuns() {
+		if !isTerminal(ar.Status.Phase) && !hasStarted(ar) && ar.DeletionTimestamp == nil {
+			out = append(out, ar)
+		}
+	}
+	return out
+}
+
+// wakeQueued re-examines the oldest waiting runs after a slot frees.
+func (c *Controller) wakeQueued() {
+	if !c.cfg.Limits.Any() {
+		return
+	}
+	waiting := c.notStartedRuns()
+	sort.Slice(waiting, func(i, j int) bool { return createdBefore(waiting[i], waiting[j]) })
+	for i, ar := range waiting {
+		if i == 32 {
+			break
+		}
+		c.runQ.Add(nsKey(ar.Namespace, ar.Name))
+	}
+}

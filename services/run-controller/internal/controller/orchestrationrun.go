@@ -1,0 +1,313 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/reasons"
+)
+
+// Condition type of an OrchestrationRun besides Cancelled.
+const CondReady = "Ready"
+
+// Keys of an Orchestration step's `with` that configure the step's AgentRun rather than pass
+// through as parameters.
+const (
+	withRuntime = "runtime"
+	withImage   = "image"
+)
+
+// reconcileOrchestrationRun starts one AgentRun per step once the steps it depends on have
+// succeeded, and aggregates the steps into the run's phase. A failed step fails the run and
+// nothing more starts; once spec.cancel is set nothing new starts at all (cancel-propagator
+// stops what runs).
+func (c *Controller) reconcileOrchestrationRun(ctx context.Context, ns, name string) (result, error) {
+	or, ok := c.orchRun(ns, name)
+	if !ok || or.DeletionTimestamp != nil || isTerminal(or.Status.Phase) || or.Spec.Cancel {
+		if !ok {
+			c.forgetWarnings("or:" + nsKey(ns, name))
+		}
+		return result{}, nil
+	}
+	orch, ok := c.orchestration(ns, or.Spec.OrchestrationRef.Name)
+	if !ok {
+		return result{}, c.stopOrch(ctx, or, false, reasons.InvalidSpec, fmt.Sprintf(
+			"Orchestration %s not found in namespace %s; the run waits until it exists", or.Spec.OrchestrationRef.Name, ns))
+	}
+	order, err := topoOrder(orch.Spec.Steps)
+	if err != nil {
+		return result{}, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf("Orchestration %s: %v", orch.Name, err))
+	}
+	children := map[string]*agentsv1alpha1.AgentRun{}
+	for _, s := range orch.Spec.Steps {
+		if ar, ok := c.run(ns, childName(or, s.Name)); ok {
+			if ref := controllerOf(ar.OwnerReferences, "OrchestrationRun"); ref != nil && ref.UID == or.UID {
+				children[s.Name] = ar
+			}
+		}
+	}
+	phaseOf := func(step string) string {
+		if ar := children[step]; ar != nil {
+			if ar.Status.Phase == "" {
+				return agentsv1alpha1.PhasePending
+			}
+			return ar.Status.Phase
+		}
+		return ""
+	}
+	var failed []string
+	for _, s := range order {
+		if p := phaseOf(s.Name); p == agentsv1alpha1.PhaseFailed || p == agentsv1alpha1.PhaseCancelled {
+			failed = append(failed, s.Name)
+		}
+	}
+	if len(failed) == 0 {
+		for _, s := range order {
+			if children[s.Name] != nil {
+				continue
+			}
+			ready := true
+			for _, d := range s.DependsOn {
+				if phaseOf(d) != agentsv1alpha1.PhaseSucceeded {
+					ready = false
+					break
+				}
+			}
+			if !ready {
+				continue
+			}
+			ar, err := c.createChild(ctx, or, s)
+			if err != nil {
+				return result{}, err
+			}
+			children[s.Name] = ar
+		}
+	}
+	// Aggregate.
+	var statuses []orchv1alpha1.StepStatus
+	allDone, anyRan := true, false
+	for _, s := range orch.Spec.Steps {
+		st := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending}
+		if ar := children[s.Name]; ar != nil {
+			st.Phase = phaseOf(s.Name)
+			st.Message = ar.Status.Message
+			st.StartedAt, st.FinishedAt = ar.Status.StartedAt, ar.Status.FinishedAt
+			st.ResourceRef = &orchv1alpha1.ResourceRef{APIVersion: agentsGV.String(), Kind: "AgentRun", Name: ar.Name, Namespace: ar.Namespace, UID: string(ar.UID)}
+			if st.Phase != agentsv1alpha1.PhasePending {
+				anyRan = true
+			}
+		} else if len(failed) > 0 {
+			st.Message = "not started: step " + failed[0] + " failed"
+		} else {
+			st.Message = "waiting for " + strings.Join(s.DependsOn, ", ")
+		}
+		if st.Phase != agentsv1alpha1.PhaseSucceeded {
+			allDone = false
+		}
+		statuses = append(statuses, st)
+	}
+	phase, reason, message := agentsv1alpha1.PhasePending, "Waiting", "no step has started running yet"
+	conds := []cond{}
+	switch {
+	case len(failed) > 0:
+		ar := children[failed[0]]
+		phase, reason = agentsv1alpha1.PhaseFailed, ReasonStepFailed
+		message = fmt.Sprintf("step %s (AgentRun %s) %s: %s", failed[0], ar.Name, strings.ToLower(ar.Status.Phase), ar.Status.Message)
+		conds = append(conds, cond{CondReady, metav1.ConditionFalse, ReasonStepFailed, message})
+	case allDone:
+		phase, reason, message = agentsv1alpha1.PhaseSucceeded, ReasonCompleted, fmt.Sprintf("all %d steps succeeded", len(statuses))
+		conds = append(conds, cond{CondReady, metav1.ConditionTrue, ReasonCompleted, message})
+	case anyRan:
+		phase, reason, message = agentsv1alpha1.PhaseRunning, ReasonRunning, runningMessage(statuses)
+	}
+	if or.Status.Phase == phase && or.Status.Reason == reason && or.Status.Message == message &&
+		or.Status.ObservedGeneration == or.Generation && or.Status.RunID == string(or.UID) &&
+		sameJSON(or.Status.StepStatuses, statuses) && condsSay(or.Status.Conditions, conds) {
+		return result{}, nil
+	}
+	return result{}, c.writeStatus(ctx, "OrchestrationRun", ns, name, string(or.UID), or.Generation, phase, reason, message, conds,
+		map[string]any{"runId": string(or.UID), "stepStatuses": statuses})
+}
+
+func runningMessage(steps []orchv1alpha1.StepStatus) string {
+	var running []string
+	done := 0
+	for _, s := range steps {
+		switch s.Phase {
+		case agentsv1alpha1.PhaseRunning:
+			running = append(running, s.Name)
+		case agentsv1alpha1.PhaseSucceeded:
+			done++
+		}
+	}
+	return fmt.Sprintf("%d of %d steps succeeded; running: %s", done, len(steps), strings.Join(running, ", "))
+}
+
+// childName is the AgentRun name of a step: deterministic, so a retry finds it.
+func childName(or *orchv1alpha1.OrchestrationRun, step string) string {
+	n := or.Name + "-" + step
+	if len(n) <= 253 {
+		return strings.ToLower(n)
+	}
+	return shorten(n, 240) + "-" + hash8(string(or.UID)+"/"+step)
+}
+
+// createChild creates a step's AgentRun, owned by the OrchestrationRun.
+func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.OrchestrationRun, s orchv1alpha1.OrchestrationStep) (*agentsv1alpha1.AgentRun, error) {
+	params := maps.Clone(or.Spec.Parameters)
+	if params == nil {
+		params = map[string]string{}
+	}
+	runtime := agentsv1alpha1.RuntimeJob
+	var workload *agentsv1alpha1.WorkloadSpec
+	for k, v := range s.With {
+		switch k {
+		case withRuntime:
+			runtime = v
+		case withImage:
+			workload = &agentsv1alpha1.WorkloadSpec{Image: v}
+		default:
+			params[k] = v
+		}
+	}
+	ann := map[string]string{}
+	for k, v := range or.Annotations {
+		if strings.HasPrefix(k, agentsv1alpha1.AnnotationSimulatePrefix) {
+			ann[k] = v
+		}
+	}
+	ar := &agentsv1alpha1.AgentRun{
+		TypeMeta: metav1.TypeMeta{APIVersion: agentsGV.String(), Kind: "AgentRun"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: childName(or, s.Name), Namespace: or.Namespace, Annotations: ann,
+			Labels: map[string]string{
+				agentsv1alpha1.LabelOrchestrationRun:  labelValue(or.Name),
+				agentsv1alpha1.LabelOrchestrationStep: labelValue(s.Name),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: orchGV.String(), Kind: "OrchestrationRun", Name: or.Name, UID: or.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: agentsv1alpha1.AgentRunSpec{
+			AgentRef: agentsv1alpha1.LocalRef{Name: s.AgentRef.Name}, Runtime: agentsv1alpha1.RuntimeSpec{Type: runtime},
+			Workload: workload, Parameters: params,
+		},
+	}
+	out := &agentsv1alpha1.AgentRun{}
+	err := c.agents.Post().Namespace(or.Namespace).Resource("agentruns").
+		Param("fieldManager", "agentplane-run-controller").Body(ar).Do(ctx).Into(out)
+	switch {
+	case err == nil:
+		return out, nil
+	case apierrors.IsAlreadyExists(err):
+		err = c.agents.Get().Namespace(or.Namespace).Resource("agentruns").Name(ar.Name).Do(ctx).Into(out)
+		if err != nil {
+			return nil, fmt.Errorf("get AgentRun %s: %w", ar.Name, err)
+		}
+		if ref := controllerOf(out.OwnerReferences, "OrchestrationRun"); ref == nil || ref.UID != or.UID {
+			return nil, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf(
+				"an AgentRun named %s already exists and is not this run's step %s: delete it or rename the run", ar.Name, s.Name))
+		}
+		return out, nil
+	case apierrors.IsForbidden(err):
+		return nil, c.stopOrch(ctx, or, false, reasons.Forbidden, fmt.Sprintf("creating AgentRun %s was refused: %s", ar.Name, apiMessage(err)))
+	case apierrors.IsInvalid(err):
+		return nil, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf("the API server refused step %s's AgentRun: %s", s.Name, apiMessage(err)))
+	default:
+		return nil, fmt.Errorf("create AgentRun %s: %w", ar.Name, err)
+	}
+}
+
+// stopOrch records a problem with an OrchestrationRun: it fails, or waits.
+func (c *Controller) stopOrch(ctx context.Context, or *orchv1alpha1.OrchestrationRun, fail bool, reason, message string) error {
+	phase := agentsv1alpha1.PhasePending
+	if fail {
+		phase = agentsv1alpha1.PhaseFailed
+	}
+	if c.warnOnce("or:"+nsKey(or.Namespace, or.Name), reason+"/"+message) {
+		c.emit(ctx, or, "Warning", eventReason(reason), "Reconcile", message, false)
+	}
+	conds := []cond{{CondReady, metav1.ConditionFalse, reason, message}}
+	if or.Status.Phase == phase && or.Status.Reason == reason && or.Status.Message == message && condsSay(or.Status.Conditions, conds) {
+		if !fail && reason == reasons.Forbidden {
+			return &waiting{&problem{reason: reason, message: message}}
+		}
+		return nil
+	}
+	if err := c.writeStatus(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), or.Generation, phase, reason, message, conds,
+		map[string]any{"runId": string(or.UID)}); err != nil {
+		return err
+	}
+	if !fail && reason == reasons.Forbidden {
+		return &waiting{&problem{reason: reason, message: message}}
+	}
+	return nil
+}
+
+// topoOrder checks the graph (unique names, known kinds and dependencies, no cycle) and returns
+// the steps in an order where every step follows what it depends on.
+func topoOrder(steps []orchv1alpha1.OrchestrationStep) ([]orchv1alpha1.OrchestrationStep, error) {
+	idx := map[string]int{}
+	for i, s := range steps {
+		if _, dup := idx[s.Name]; dup {
+			return nil, fmt.Errorf("step %q appears twice", s.Name)
+		}
+		idx[s.Name] = i
+		if s.Kind != "AgentRun" {
+			return nil, fmt.Errorf("step %s has kind %q; run-controller runs steps of kind AgentRun", s.Name, s.Kind)
+		}
+		if s.AgentRef == nil || s.AgentRef.Name == "" {
+			return nil, fmt.Errorf("step %s of kind AgentRun needs agentRef.name", s.Name)
+		}
+	}
+	indeg := make([]int, len(steps))
+	for i, s := range steps {
+		for _, d := range s.DependsOn {
+			if _, ok := idx[d]; !ok {
+				return nil, fmt.Errorf("step %s depends on %q, which is not a step", s.Name, d)
+			}
+			indeg[i]++
+		}
+	}
+	var order []orchv1alpha1.OrchestrationStep
+	var ready []int
+	for i := range steps {
+		if indeg[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for len(ready) > 0 {
+		i := ready[0]
+		ready = ready[1:]
+		order = append(order, steps[i])
+		for j, s := range steps {
+			for _, d := range s.DependsOn {
+				if d == steps[i].Name {
+					indeg[j]--
+					if indeg[j] == 0 {
+						ready = append(ready, j)
+					}
+				}
+			}
+		}
+	}
+	if len(order) != len(steps) {
+		var cyc []string
+		for i, n := range indeg {
+			if n > 0 {
+				cyc = append(cyc, steps[i].Name)
+			}
+		}
+		return nil, fmt.Errorf("dependsOn has a cycle among steps %s", strings.Join(cyc, ", "))
+	}
+	return order, nil
+}

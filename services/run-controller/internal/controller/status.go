@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/libs/redact"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+)
+
+type cond struct {
+	typ     string
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+// runStatus is what the controller wants an AgentRun's status to say.
+type runStatus struct {
+	phase, reason, message string
+	conds                  []cond
+	jobRef                 *agentsv1alpha1.JobRef
+	workflow               *agentsv1alpha1.WorkflowStatus
+}
+
+// setRunStatus writes st through status-writer unless the status already says it.
+func (c *Controller) setRunStatus(ctx context.Context, ar *agentsv1alpha1.AgentRun, st runStatus) error {
+	if runStatusSays(ar, st) {
+		return nil
+	}
+	fields := map[string]any{}
+	if st.jobRef != nil {
+		fields["jobRef"] = st.jobRef
+		fields["runtimeRef"] = map[string]string{"apiVersion": "batch/v1", "kind": "Job", "name": st.jobRef.Name,
+			"namespace": st.jobRef.Namespace, "uid": st.jobRef.UID}
+	}
+	if st.workflow != nil {
+		fields["workflow"] = st.workflow
+	}
+	return c.writeStatus(ctx, "AgentRun", ar.Namespace, ar.Name, string(ar.UID), ar.Generation, st.phase, st.reason, st.message, st.conds, fields)
+}
+
+func (c *Controller) writeStatus(ctx context.Context, kind, ns, name, uid string, gen int64, phase, reason, message string, conds []cond, fields map[string]any) error {
+	req := &pb.WriteStatusRequest{
+		Object:             &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
+		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message,
+	}
+	for _, cd := range conds {
+		req.Conditions = append(req.Conditions, &pb.Condition{Type: cd.typ, Status: string(cd.status), Reason: cd.reason, Message: cd.message})
+	}
+	if len(fields) > 0 {
+		raw, err := json.Marshal(fields)
+		if err != nil {
+			return fmt.Errorf("encode status fields: %w", err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			return fmt.Errorf("encode status fields: %w", err)
+		}
+		req.Fields = s
+	}
+	start := time.Now()
+	_, err := c.d.Status.Write(ctx, req)
+	c.d.Metrics.statusWrites.WithLabelValues(kind).Inc()
+	switch grpcstatus.Code(err) {
+	case codes.OK:
+		return nil
+	case codes.NotFound:
+		return nil // deleted meanwhile
+	case codes.FailedPrecondition:
+		// The object moved on (a newer generation, a terminal phase written by another
+		// writer): the next event brings the newer object.
+		logging.FromContext(ctx).Info("status write refused by the contract; waiting for the newer object",
+			"kind", kind, "object", ns+"/"+name, "err", err, "took", time.Since(start))
+		return nil
+	default:
+		return fmt.Errorf("write %s %s/%s status: %w", kind, ns, name, err)
+	}
+}
+
+// runStatusSays reports whether the run's status already says st.
+func runStatusSays(ar *agentsv1alpha1.AgentRun, st runStatus) bool {
+	s := ar.Status
+	if s.Phase != st.phase || s.Reason != st.reason || s.Message != st.message || s.ObservedGeneration != ar.Generation {
+		return false
+	}
+	if st.jobRef != nil && (s.JobRef == nil || *s.JobRef != *st.jobRef) {
+		return false
+	}
+	if st.workflow != nil && !sameJSON(s.Workflow, st.workflow) {
+		return false
+	}
+	return condsSay(s.Conditions, st.conds)
+}
+
+func condsSay(have []metav1.Condition, want []cond) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h.Type == w.typ {
+				found = h.Status == w.status && h.Reason == w.reason && h.Message == w.message
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func sameJSON(a, b any) bool {
+	ra, _ := json.Marshal(a)
+	rb, _ := json.Marshal(b)
+	return bytes.Equal(ra, rb)
+}
+
+// emit sends an event about obj through event-emitter. A failure is logged: events never hold
+// up a reconcile.
+func (c *Controller) emit(ctx context.Context, obj metav1.Object, typ, reason, action, note string, transient bool) {
+	kind, apiVersion := "AgentRun", agentsGV.String()
+	if _, ok := obj.(*orchv1alpha1.OrchestrationRun); ok {
+		kind, apiVersion = "OrchestrationRun", orchGV.String()
+	}
+	resp, err := c.d.Events.Emit(ctx, &pb.EmitRequest{
+		Object: &pb.EventObject{ApiVersion: apiVersion, Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(),
+			Uid: string(obj.GetUID()), ResourceVersion: obj.GetResourceVersion()},
+		Type: typ, Reason: reason, Note: redact.String(note), Action: action, Transient: transient,
+	})
+	if err != nil {
+		logging.FromContext(ctx).Warn("emit event", "reason", reason, "object", obj.GetNamespace()+"/"+obj.GetName(), "err", err)
+		return
+	}
+	c.d.Metrics.events.WithLabelValues(reason, resp.GetOutcome().String()).Inc()
+}
