@@ -48,7 +48,7 @@ type Limits struct {
 	// run that would wait beyond it fails with reason QueueFull.
 	QueueNamespace, QueueRepo, QueueCluster int
 	// Runs that may start within RateWindow, per namespace, per repository and in the cluster.
-	RateWindow                            time.Duration
+	RateWindow                           time.Duration
 	RateNamespace, RateRepo, RateCluster int
 }
 

@@ -175,13 +175,15 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return ctx.Err()
+		return nil // stopped before the caches filled
 	}
 	c.limits.seed(c.allRuns())
 	log.Info("caches synced; reconciling", "namespaces", c.cfg.Namespaces, "workers", c.cfg.Workers)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, func(ctx context.Context) { c.work(ctx, c.runQ, "AgentRun", c.reconcileAgentRun) }, time.Second) })
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) { c.work(ctx, c.runQ, "AgentRun", c.reconcileAgentRun) }, time.Second)
+		})
 		wg.Go(func() {
 			wait.UntilWithContext(ctx, func(ctx context.Context) { c.work(ctx, c.orchQ, "OrchestrationRun", c.reconcileOrchestrationRun) }, time.Second)
 		})

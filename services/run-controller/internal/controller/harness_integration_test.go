@@ -172,7 +172,6 @@ func jobRun(ns, name, agent string) *agentsv1alpha1.AgentRun {
 	}
 }
 
-
 // create posts an agentplane object.
 func create(t *testing.T, resource, ns string, obj any) {
 	t.Helper()
@@ -330,3 +329,9 @@ func condition(conds []metav1.Condition, typ string) *metav1.Condition {
 	}
 	return nil
 }
+
+func metav1TypeMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: orchGV.String(), Kind: kind}
+}
+
+func objectMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: ns} }

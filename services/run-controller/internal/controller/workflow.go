@@ -196,7 +196,7 @@ func (c *Controller) reconcileWorkflowRun(ctx context.Context, ar *agentsv1alpha
 		for _, s := range steps {
 			if s.Phase != agentsv1alpha1.PhaseSucceeded {
 				runPhase, reason, message = agentsv1alpha1.PhasePending, reasons.JobCreated, "step "+s.Name+": "+s.Phase
-				if s.Phase == agentsv1alpha1.PhaseRunning || ranAny(steps) {
+				if s.Phase == agentsv1alpha1.PhaseRunning || ranAny(steps) || ar.Status.StartedAt != nil {
 					runPhase, reason = agentsv1alpha1.PhaseRunning, ReasonRunning
 				}
 				break

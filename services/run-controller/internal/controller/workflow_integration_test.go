@@ -1,0 +1,303 @@
+//go:build integration
+
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+)
+
+func stepStatus(ar *agentsv1alpha1.AgentRun, name string) agentsv1alpha1.WorkflowStepStatus {
+	if ar.Status.Workflow != nil {
+		for _, s := range ar.Status.Workflow.Steps {
+			if s.Name == name {
+				return s
+			}
+		}
+	}
+	return agentsv1alpha1.WorkflowStepStatus{}
+}
+
+// Steps run one Job at a time, in order; a failed attempt is retried after the step's backoff
+// with a new Job; status.workflow.steps shows each step's phase, attempt, times and Job.
+func TestWorkflowRunsStepsInOrderWithRetries(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	startController(t, ns, nil)
+	ar := jobRun(ns, "wf", "codex")
+	ar.Spec.Runtime.Type = agentsv1alpha1.RuntimeWorkflow
+	ar.Spec.Workflow = &agentsv1alpha1.WorkflowSpec{Steps: []agentsv1alpha1.WorkflowStep{
+		{Name: "plan", Retries: 1, RetryBackoffSeconds: 1, TimeoutSeconds: 60},
+		{Name: "implement", Parameters: map[string]string{"mode": "write"}},
+	}}
+	create(t, "agentruns", ns, ar)
+	var run *agentsv1alpha1.AgentRun
+	eventually(t, 20*time.Second, "plan attempt 1", func() error {
+		run = getRun(t, ns, "wf")
+		if s := stepStatus(run, "plan"); s.Attempt != 1 || s.JobRef == nil {
+			return fmt.Errorf("%+v", run.Status.Workflow)
+		}
+		return nil
+	})
+	if len(jobsIn(t, ns)) != 1 {
+		t.Fatalf("more than one Job while the first step runs: %d", len(jobsIn(t, ns)))
+	}
+	if s := stepStatus(run, "implement"); s.Phase != agentsv1alpha1.PhasePending || s.JobRef != nil {
+		t.Fatalf("implement started early: %+v", s)
+	}
+	j1 := waitJob(t, ns, jobName(run, "plan", 1))
+	if *j1.Spec.BackoffLimit != 0 || *j1.Spec.ActiveDeadlineSeconds != 60 || j1.Labels[agentsv1alpha1.LabelWorkflowStep] != "plan" {
+		t.Errorf("plan Job: backoffLimit %d deadline %d labels %v", *j1.Spec.BackoffLimit, *j1.Spec.ActiveDeadlineSeconds, j1.Labels)
+	}
+	fakePodRunning(t, j1)
+	waitPhase(t, ns, "wf", agentsv1alpha1.PhaseRunning, 20*time.Second)
+	finishJob(t, ns, j1.Name, false)
+	eventually(t, 20*time.Second, "plan attempt 2 after its backoff", func() error {
+		run = getRun(t, ns, "wf")
+		if s := stepStatus(run, "plan"); s.Attempt != 2 || s.JobRef == nil || s.JobRef.Name != jobName(run, "plan", 2) {
+			return fmt.Errorf("%+v", s)
+		}
+		return nil
+	})
+	if run.Status.Phase != agentsv1alpha1.PhaseRunning {
+		t.Errorf("a retry is not a failure: phase %s", run.Status.Phase)
+	}
+	finishJob(t, ns, jobName(run, "plan", 2), true)
+	eventually(t, 20*time.Second, "implement starts after plan", func() error {
+		run = getRun(t, ns, "wf")
+		if s := stepStatus(run, "implement"); s.JobRef == nil {
+			return fmt.Errorf("%+v", run.Status.Workflow)
+		}
+		return nil
+	})
+	plan := stepStatus(run, "plan")
+	if plan.Phase != agentsv1alpha1.PhaseSucceeded || plan.StartedAt == nil || plan.FinishedAt == nil {
+		t.Errorf("plan %+v", plan)
+	}
+	j3 := waitJob(t, ns, jobName(run, "implement", 1))
+	envs := map[string]string{}
+	for _, e := range j3.Spec.Template.Spec.Containers[0].Env {
+		envs[e.Name] = e.Value
+	}
+	if envs["PARAM_MODE"] != "write" || envs["AGENTRUN_STEP"] != "implement" || *j3.Spec.ActiveDeadlineSeconds != 3600 {
+		t.Errorf("implement Job env %v deadline %d", envs, *j3.Spec.ActiveDeadlineSeconds)
+	}
+	finishJob(t, ns, j3.Name, true)
+	run = waitPhase(t, ns, "wf", agentsv1alpha1.PhaseSucceeded, 20*time.Second)
+	if run.Status.FinishedAt == nil || run.Status.StartedAt == nil || run.Status.Workflow.Phase != agentsv1alpha1.PhaseSucceeded {
+		t.Errorf("status %+v", run.Status)
+	}
+	if n := len(jobsIn(t, ns)); n != 3 {
+		t.Errorf("%d Jobs, want 3 (plan twice, implement once)", n)
+	}
+}
+
+func TestWorkflowStepOutOfRetriesFailsTheRun(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	startController(t, ns, nil)
+	ar := jobRun(ns, "wf-fail", "codex")
+	ar.Spec.Runtime.Type = agentsv1alpha1.RuntimeWorkflow
+	ar.Spec.Workflow = &agentsv1alpha1.WorkflowSpec{Steps: []agentsv1alpha1.WorkflowStep{{Name: "only"}, {Name: "never"}}}
+	create(t, "agentruns", ns, ar)
+	var run *agentsv1alpha1.AgentRun
+	eventually(t, 20*time.Second, "step Job", func() error {
+		run = getRun(t, ns, "wf-fail")
+		if stepStatus(run, "only").JobRef == nil {
+			return fmt.Errorf("%+v", run.Status)
+		}
+		return nil
+	})
+	finishJob(t, ns, jobName(run, "only", 1), false)
+	run = waitPhase(t, ns, "wf-fail", agentsv1alpha1.PhaseFailed, 20*time.Second)
+	if run.Status.Reason != ReasonStepFailed || !strings.Contains(run.Status.Message, "step only failed after 1 attempt") {
+		t.Errorf("status %+v", run.Status)
+	}
+	if s := stepStatus(run, "never"); s.JobRef != nil || s.Phase != agentsv1alpha1.PhasePending {
+		t.Errorf("never: %+v", s)
+	}
+	if n := len(jobsIn(t, ns)); n != 1 {
+		t.Errorf("%d Jobs, want 1", n)
+	}
+}
+
+func orchestration(ns, name string, steps ...orchv1alpha1.OrchestrationStep) *orchv1alpha1.Orchestration {
+	return &orchv1alpha1.Orchestration{
+		TypeMeta:   metav1TypeMeta("Orchestration"),
+		ObjectMeta: objectMeta(ns, name),
+		Spec:       orchv1alpha1.OrchestrationSpec{Steps: steps},
+	}
+}
+
+func step(name string, deps ...string) orchv1alpha1.OrchestrationStep {
+	return orchv1alpha1.OrchestrationStep{Name: name, Kind: "AgentRun", AgentRef: &orchv1alpha1.NameRef{Name: "codex"}, DependsOn: deps}
+}
+
+func orchRun(ns, name, orch string) *orchv1alpha1.OrchestrationRun {
+	return &orchv1alpha1.OrchestrationRun{
+		TypeMeta:   metav1TypeMeta("OrchestrationRun"),
+		ObjectMeta: objectMeta(ns, name),
+		Spec:       orchv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchv1alpha1.NameRef{Name: orch}, Parameters: map[string]string{"issue": "7"}},
+	}
+}
+
+// finishStep finishes the Job of an OrchestrationRun step's AgentRun.
+func finishStep(t *testing.T, ns, or, step string, succeed bool) {
+	t.Helper()
+	name := or + "-" + step
+	var ar *agentsv1alpha1.AgentRun
+	eventually(t, 20*time.Second, "AgentRun "+name+" has its Job", func() error {
+		if !childExists(t, ns, name) {
+			return fmt.Errorf("no AgentRun %s yet", name)
+		}
+		ar = getRun(t, ns, name)
+		if ar.Status.JobRef == nil {
+			return fmt.Errorf("%+v", ar.Status)
+		}
+		return nil
+	})
+	finishJob(t, ns, ar.Status.JobRef.Name, succeed)
+	phase := agentsv1alpha1.PhaseSucceeded
+	if !succeed {
+		phase = agentsv1alpha1.PhaseFailed
+	}
+	waitPhase(t, ns, name, phase, 20*time.Second)
+}
+
+func childExists(t *testing.T, ns, name string) bool {
+	t.Helper()
+	rc, _ := restClientFor(env.Config, agentsGV)
+	err := rc.Get().Namespace(ns).Resource("agentruns").Name(name).Do(t.Context()).Error()
+	return err == nil
+}
+
+// A diamond: a, then b and c once a succeeded, then d once both did.
+func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	startController(t, ns, nil)
+	create(t, "orchestrations", ns, orchestration(ns, "diamond", step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")))
+	or := orchRun(ns, "dia", "diamond")
+	or.Annotations = map[string]string{"agentplane.dev/simulate-duration": "5s"}
+	create(t, "orchestrationruns", ns, or)
+	eventually(t, 20*time.Second, "step a's AgentRun", func() error {
+		if !childExists(t, ns, "dia-a") {
+			return fmt.Errorf("no dia-a")
+		}
+		return nil
+	})
+	a := getRun(t, ns, "dia-a")
+	if a.Labels[agentsv1alpha1.LabelOrchestrationRun] != "dia" || a.Labels[agentsv1alpha1.LabelOrchestrationStep] != "a" ||
+		a.Annotations["agentplane.dev/simulate-duration"] != "5s" || a.Spec.Parameters["issue"] != "7" {
+		t.Errorf("child a: labels %v annotations %v params %v", a.Labels, a.Annotations, a.Spec.Parameters)
+	}
+	if ref := controllerOf(a.OwnerReferences, "OrchestrationRun"); ref == nil || ref.UID != types.UID(getOrchRun(t, ns, "dia").UID) {
+		t.Errorf("owner %+v", a.OwnerReferences)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, n := range []string{"dia-b", "dia-c", "dia-d"} {
+		if childExists(t, ns, n) {
+			t.Fatalf("%s started before a succeeded", n)
+		}
+	}
+	finishStep(t, ns, "dia", "a", true)
+	eventually(t, 20*time.Second, "b and c start", func() error {
+		if !childExists(t, ns, "dia-b") || !childExists(t, ns, "dia-c") {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if got := getOrchRun(t, ns, "dia"); got.Status.Phase != agentsv1alpha1.PhaseRunning || got.Status.StartedAt == nil {
+		t.Errorf("orchestration run %+v", got.Status)
+	}
+	finishStep(t, ns, "dia", "b", true)
+	time.Sleep(500 * time.Millisecond)
+	if childExists(t, ns, "dia-d") {
+		t.Fatal("d started before c succeeded")
+	}
+	finishStep(t, ns, "dia", "c", true)
+	finishStep(t, ns, "dia", "d", true)
+	var got *orchv1alpha1.OrchestrationRun
+	eventually(t, 20*time.Second, "orchestration run Succeeded", func() error {
+		got = getOrchRun(t, ns, "dia")
+		if got.Status.Phase != agentsv1alpha1.PhaseSucceeded {
+			return fmt.Errorf("%+v", got.Status)
+		}
+		return nil
+	})
+	if got.Status.FinishedAt == nil || got.Status.RunID != string(got.UID) || len(got.Status.StepStatuses) != 4 {
+		t.Errorf("status %+v", got.Status)
+	}
+	for _, s := range got.Status.StepStatuses {
+		if s.Phase != agentsv1alpha1.PhaseSucceeded || s.ResourceRef == nil || s.ResourceRef.Name != "dia-"+s.Name {
+			t.Errorf("step %+v", s)
+		}
+	}
+}
+
+func TestAFailedStepFailsTheOrchestrationRunAndStartsNothingMore(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	startController(t, ns, nil)
+	create(t, "orchestrations", ns, orchestration(ns, "diamond", step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")))
+	create(t, "orchestrationruns", ns, orchRun(ns, "dia", "diamond"))
+	finishStep(t, ns, "dia", "a", true)
+	finishStep(t, ns, "dia", "b", false)
+	var got *orchv1alpha1.OrchestrationRun
+	eventually(t, 20*time.Second, "orchestration run Failed", func() error {
+		got = getOrchRun(t, ns, "dia")
+		if got.Status.Phase != agentsv1alpha1.PhaseFailed {
+			return fmt.Errorf("%+v", got.Status)
+		}
+		return nil
+	})
+	if got.Status.Reason != ReasonStepFailed || !strings.Contains(got.Status.Message, "step b") || got.Status.FinishedAt == nil {
+		t.Errorf("status %+v", got.Status)
+	}
+	finishStep(t, ns, "dia", "c", true)
+	time.Sleep(time.Second)
+	if childExists(t, ns, "dia-d") {
+		t.Fatal("d started after b failed")
+	}
+}
+
+func TestOrchestrationProblemsAreReported(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	startController(t, ns, nil)
+	create(t, "orchestrations", ns, orchestration(ns, "loop", step("x", "y"), step("y", "x")))
+	create(t, "orchestrationruns", ns, orchRun(ns, "cyc", "loop"))
+	create(t, "orchestrationruns", ns, orchRun(ns, "waits", "not-yet"))
+	cancelled := orchRun(ns, "cancelled", "one")
+	cancelled.Spec.Cancel = true
+	create(t, "orchestrationruns", ns, cancelled)
+	eventually(t, 20*time.Second, "cycle refused, missing Orchestration waits", func() error {
+		if c := getOrchRun(t, ns, "cyc"); c.Status.Phase != agentsv1alpha1.PhaseFailed || !strings.Contains(c.Status.Message, "cycle") {
+			return fmt.Errorf("cyc %+v", c.Status)
+		}
+		if w := getOrchRun(t, ns, "waits"); w.Status.Phase != agentsv1alpha1.PhasePending || w.Status.Reason != "InvalidSpec" {
+			return fmt.Errorf("waits %+v", w.Status)
+		}
+		return nil
+	})
+	waitEvent(t, ns, "cyc", "Warning", "InvalidSpec")
+	create(t, "orchestrations", ns, orchestration(ns, "not-yet", step("only")))
+	create(t, "orchestrations", ns, orchestration(ns, "one", step("only")))
+	eventually(t, 20*time.Second, "runs once the Orchestration exists", func() error {
+		if !childExists(t, ns, "waits-only") {
+			return fmt.Errorf("no child")
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	if childExists(t, ns, "cancelled-only") {
+		t.Error("a cancelled run started a step")
+	}
+}
