@@ -38,9 +38,7 @@ var serviceCharts = []serviceChart{
 		{set: "events.rateLimitPerMin=7", env: "JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN", want: "7"},
 	}},
 	{name: "job-gc"},
-	{name: "cancel-propagator", envOverrides: []envOverride{
-		{set: "cancel.timeoutMs=1500", env: "JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS", want: "1500"},
-	}},
+	{name: "cancel-propagator"},
 	{name: "run-controller"},
 	{name: "watch-gateway"},
 }
@@ -574,4 +572,51 @@ func TestWatchGatewayChartAccess(t *testing.T) {
 	if grants(mtls, "ClusterRole", "tokenreviews") {
 		t.Error("auth.mode=mtls grants TokenReviews")
 	}
+}
+
+// TestEveryChartEnvVarIsReadByCode: a variable a chart renders that no code reads promises
+// behaviour that does not exist. For each service chart, every variable of its container must
+// appear as a Go string literal in the service's module or in libs (OTEL_* are read by the
+// OpenTelemetry SDK, POD_* by libs/config).
+func TestEveryChartEnvVarIsReadByCode(t *testing.T) {
+	h := newHelmEnv(t)
+	libs := goStringLiterals(t, filepath.Join(h.root, "libs"))
+	for _, c := range serviceCharts {
+		t.Run(c.name, func(t *testing.T) {
+			read := goStringLiterals(t, filepath.Join(h.root, "services", c.name))
+			d := theDeployment(t, h.template(t, c.name))
+			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+				if strings.HasPrefix(e.Name, "OTEL_") {
+					continue
+				}
+				if !read[e.Name] && !libs[e.Name] {
+					t.Errorf("the chart sets %s, which no code in services/%s or libs reads", e.Name, c.name)
+				}
+			}
+		})
+	}
+}
+
+// goStringLiterals collects the string literals of the non-test Go files under dir.
+func goStringLiterals(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	lit := regexp.MustCompile(`"([A-Z][A-Z0-9_]+)"`)
+	out := map[string]bool{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range lit.FindAllSubmatch(b, -1) {
+			out[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

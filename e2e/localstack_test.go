@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
@@ -69,8 +68,13 @@ func TestLocalControlPlane(t *testing.T) {
 		}
 	})
 
-	t.Run("example AgentRun is accepted and listed with its columns", func(t *testing.T) {
-		if out, err := kubectl("apply", "-f", filepath.Join(root, "examples", "agent.yaml"), "-f", filepath.Join(root, "examples", "agentrun.yaml")); err != nil {
+	t.Run("the examples run to their phases through run-controller", func(t *testing.T) {
+		files := []string{"agent.yaml", "agentrun.yaml", "agentrun-workflow.yaml", "agentrun-fails.yaml", "orchestration.yaml", "orchestrationrun.yaml"}
+		args := []string{"apply"}
+		for _, f := range files {
+			args = append(args, "-f", filepath.Join(root, "examples", f))
+		}
+		if out, err := kubectl(args...); err != nil {
 			t.Fatalf("apply examples: %v\n%s", err, out)
 		}
 		out, err := kubectl("get", "agentrun")
@@ -81,36 +85,62 @@ func TestLocalControlPlane(t *testing.T) {
 		if header != "NAME PHASE AGENT RUNTIME START COMPLETION AGE" || !strings.Contains(out, "hello") {
 			t.Fatalf("kubectl get agentrun:\n%s", out)
 		}
-	})
-
-	t.Run("status-writer writes a live run's status and the seed's command shows it", func(t *testing.T) {
-		uid, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.metadata.uid}")
-		if err != nil {
-			t.Fatalf("uid: %v %s", err, uid)
+		want := map[string]string{
+			"agentrun/hello": "Succeeded", "agentrun/hello-workflow": "Succeeded", "agentrun/fails-on-purpose": "Failed",
+			"orchestrationrun/plan-and-implement-1": "Succeeded",
 		}
-		sw, err := statusclient.New(fmt.Sprintf("127.0.0.1:%d", servicePorts["status-writer"][0]+offset), "e2e", statusclient.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sw.Close()
-		ref := &pb.ObjectRef{Kind: "AgentRun", Namespace: "agents", Name: "hello", Uid: uid}
-		for _, phase := range []string{"Pending", "Running", "Succeeded"} {
-			if _, err := sw.Write(ctx, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: phase}); err != nil {
-				t.Fatalf("write %s: %v", phase, err)
+		eventually(t, 3*time.Minute, "every example in its expected phase", func() error {
+			for obj, phase := range want {
+				out, err := kubectl("get", obj, "-o", "jsonpath={.status.phase} {.status.reason}")
+				if err != nil || !strings.HasPrefix(out, phase+" ") {
+					return errorf("%s: %q (%v), want %s", obj, out, err, phase)
+				}
 			}
+			return nil
+		})
+		if out, _ := kubectl("get", "agentrun/fails-on-purpose", "-o", "jsonpath={.status.reason}"); out != "BackoffLimitExceeded" {
+			t.Errorf("fails-on-purpose reason %q, want BackoffLimitExceeded", out)
 		}
-		out, err := kubectl("get", "agentrun", "hello", "-o",
-			"jsonpath={.metadata.generation} {.status.observedGeneration} {.status.startedAt} {.status.finishedAt} {.status.updatedAt}")
-		if f := strings.Fields(out); err != nil || len(f) != 5 {
-			t.Fatalf("seed validation command printed %q (%v), want five values", out, err)
+		// Seed 000's validation command, as written, prints all four fields for the finished run.
+		out, err = kubectl("-n", "agents", "get", "agentrun", "hello", "-o",
+			"jsonpath={.status.observedGeneration} {.status.updatedAt} {.status.startedAt} {.status.finishedAt}")
+		if f := strings.Fields(out); err != nil || len(f) != 4 {
+			t.Fatalf("seed validation command printed %q (%v), want four values", out, err)
 		}
-		out, err = kubectl("get", "agentrun", "hello", "--no-headers")
-		if err != nil || !strings.Contains(out, "Succeeded") {
-			t.Fatalf("kubectl get agentrun: %v\n%s", err, out)
+		out, err = kubectl("get", "orchestrationrun", "plan-and-implement-1", "-o", "jsonpath={range .status.stepStatuses[*]}{.name}={.phase} {end}")
+		if err != nil || strings.TrimSpace(out) != "plan=Succeeded implement=Succeeded test=Succeeded review=Succeeded" {
+			t.Errorf("step statuses %q (%v)", out, err)
+		}
+		out, err = kubectl("get", "events", "--field-selector", "reason=JobCreated,regarding.name=hello", "-o", "name")
+		if err != nil || strings.TrimSpace(out) == "" {
+			t.Errorf("no JobCreated event for hello: %v %q", err, out)
 		}
 		_, err = kubectl("patch", "agentrun", "hello", "--subresource=status", "--type=merge", "-p", `{"status":{"startedAt":"2020-01-01T00:00:00Z"}}`)
 		if err == nil {
 			t.Fatal("the API server let kubectl rewrite startedAt")
+		}
+		metrics, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", servicePorts["run-controller"][1]+offset))
+		if err != nil || !strings.Contains(metrics, "agentplane_run_controller_jobs_created_total 8") ||
+			!strings.Contains(metrics, `agentplane_run_controller_runs{phase="Succeeded"} 6`) {
+			t.Errorf("run-controller metrics (%v) lack 8 Jobs created and 6 runs Succeeded:\n%s", err, grepLines(metrics, "agentplane_run_controller"))
+		}
+	})
+
+	t.Run("a run annotated simulate-duration stays Running", func(t *testing.T) {
+		manifest := `{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"long","annotations":{"agentplane.dev/simulate-duration":"600s"}},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`
+		if out, err := kubectlStdin(ctx, t, kubectlBin, kubeconfig, manifest); err != nil {
+			t.Fatalf("apply: %v %s", err, out)
+		}
+		eventually(t, time.Minute, "long is Running", func() error {
+			out, err := kubectl("get", "agentrun", "long", "-o", "jsonpath={.status.phase}")
+			if err != nil || out != "Running" {
+				return errorf("phase %q %v", out, err)
+			}
+			return nil
+		})
+		time.Sleep(10 * time.Second)
+		if out, _ := kubectl("get", "agentrun", "long", "-o", "jsonpath={.status.phase}"); out != "Running" {
+			t.Errorf("a 600s run is %q after 10s", out)
 		}
 	})
 

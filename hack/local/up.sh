@@ -169,11 +169,13 @@ wait_for redis 15 port_taken "$REDIS_PORT"
 
 # watch-gateway follows every service's grpc.health.v1 (no Deployments to discover them by here).
 targets=$(echo "$SERVICE_TABLE" | awk '{printf "%s%s=127.0.0.1:%s", (NR>1?",":""), $1, $2}')
+grpc_of() { echo "$SERVICE_TABLE" | awk -v s="$1" '$1==s{print $2}'; }
 while read -r svc grpc_port metrics_port; do
   start "$svc" "$grpc_port" env KUBECONFIG="$KUBECONFIG_FILE" POD_NAMESPACE="$NAMESPACE" \
     JANGAR_HTTP_ADDR="127.0.0.1:$WATCH_HTTP_PORT" JANGAR_WATCH_TARGETS="$targets" \
     JANGAR_AGENTS_CONTROLLER_NAMESPACES="$NAMESPACE" JANGAR_GRPC_HOST=127.0.0.1 JANGAR_GRPC_PORT="$grpc_port" \
     JANGAR_METRICS_ADDR="127.0.0.1:$metrics_port" JANGAR_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
+    JANGAR_STATUS_WRITER_ADDR="127.0.0.1:$(grpc_of status-writer)" JANGAR_EVENT_EMITTER_ADDR="127.0.0.1:$(grpc_of event-emitter)" \
     "$SERVICES_BIN/$svc"
 done <<<"$SERVICE_TABLE"
 while read -r svc _ metrics_port; do

@@ -104,12 +104,6 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: JANGAR_LEADER_ELECTION_NAMESPACE
   value: {{ .Release.Namespace | quote }}
-- name: JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS
-  value: {{ .Values.cancel.timeoutMs | int64 | quote }}
-- name: JANGAR_STATUS_WRITER_ADDR
-  value: {{ .Values.statusWriter.address | quote }}
-- name: JANGAR_EVENT_EMITTER_ADDR
-  value: {{ .Values.eventEmitter.address | quote }}
 {{- end }}
 
 {{/*

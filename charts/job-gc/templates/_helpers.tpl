@@ -104,14 +104,6 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: JANGAR_LEADER_ELECTION_NAMESPACE
   value: {{ .Release.Namespace | quote }}
-- name: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS
-  value: {{ .Values.controller.jobTtlSecondsAfterFinished | int64 | quote }}
-- name: JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS
-  value: {{ .Values.controller.agentRunRetentionSeconds | int64 | quote }}
-- name: JANGAR_STATUS_WRITER_ADDR
-  value: {{ .Values.statusWriter.address | quote }}
-- name: JANGAR_EVENT_EMITTER_ADDR
-  value: {{ .Values.eventEmitter.address | quote }}
 {{- end }}
 
 {{/*

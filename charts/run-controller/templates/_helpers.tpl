@@ -104,8 +104,34 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: JANGAR_LEADER_ELECTION_NAMESPACE
   value: {{ .Release.Namespace | quote }}
+- name: JANGAR_LEADER_ELECTION_LEASE_DURATION
+  value: {{ .Values.leaderElection.leaseDuration | quote }}
+- name: JANGAR_LEADER_ELECTION_RENEW_DEADLINE
+  value: {{ .Values.leaderElection.renewDeadline | quote }}
+- name: JANGAR_LEADER_ELECTION_RETRY_PERIOD
+  value: {{ .Values.leaderElection.retryPeriod | quote }}
 - name: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS
   value: {{ .Values.controller.jobTtlSecondsAfterFinished | int64 | quote }}
+- name: JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED
+  value: {{ .Values.controller.jobResultFinalizer | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_WORKERS
+  value: {{ .Values.controller.workers | int | quote }}
+{{- range $k, $env := dict "namespace" "NAMESPACE" "agent" "AGENT" "cluster" "CLUSTER" }}
+- name: JANGAR_AGENTS_CONTROLLER_CONCURRENCY_{{ $env }}
+  value: {{ index $.Values.controller.concurrency $k | int | quote }}
+{{- end }}
+{{- range $k, $env := dict "namespace" "NAMESPACE" "repo" "REPO" "cluster" "CLUSTER" }}
+- name: JANGAR_AGENTS_CONTROLLER_QUEUE_{{ $env }}
+  value: {{ index $.Values.controller.queue $k | int | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_RATE_{{ $env }}
+  value: {{ index $.Values.controller.rate $k | int | quote }}
+{{- end }}
+- name: JANGAR_AGENTS_CONTROLLER_RATE_WINDOW_SECONDS
+  value: {{ .Values.controller.rate.windowSeconds | int | quote }}
+{{- range $k, $env := dict "imagesAllowed" "IMAGES_ALLOWED" "imagesDenied" "IMAGES_DENIED" "labelsRequired" "LABELS_REQUIRED" "labelsAllowed" "LABELS_ALLOWED" "labelsDenied" "LABELS_DENIED" "blockedSecrets" "BLOCKED_SECRETS" }}
+- name: JANGAR_AGENTS_CONTROLLER_{{ $env }}
+  value: {{ index $.Values.controller.admissionPolicy $k | join "," | quote }}
+{{- end }}
 - name: JANGAR_STATUS_WRITER_ADDR
   value: {{ .Values.statusWriter.address | quote }}
 - name: JANGAR_EVENT_EMITTER_ADDR
@@ -117,22 +143,26 @@ What the service may do in each namespace it acts in (a Role per namespace, or o
 with rbac.clusterScoped).
 */}}
 {{- define "run-controller.rules" -}}
-# Read the desired state.
+# Watch the desired state (status is written by status-writer, never here).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agents", "agentruns"]
-  verbs: ["get", "list", "watch"]
-# Start AgentRuns for Orchestration steps, and remove them.
-- apiGroups: ["agents.proompteng.ai"]
-  resources: ["agentruns"]
-  verbs: ["create", "delete"]
+  verbs: ["list", "watch"]
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrations", "orchestrationruns"]
-  verbs: ["get", "list", "watch"]
-# Run each AgentRun as a Job.
+  verbs: ["list", "watch"]
+# Start one AgentRun per Orchestration step (get: to confirm one that already exists is ours).
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agentruns"]
+  verbs: ["get", "create"]
+# Run each AgentRun as Jobs (get: to confirm one that already exists is ours).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
-# Check that the Secrets an Agent references exist; their data is never read into status.
+  verbs: ["get", "list", "watch", "create"]
+# See when a run's pod runs.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# Check that the Secrets a run names exist (metadata only: their values are never read).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
