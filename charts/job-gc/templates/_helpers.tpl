@@ -111,16 +111,12 @@ What the service may do in each namespace it acts in (a Role per namespace, or o
 with rbac.clusterScoped).
 */}}
 {{- define "job-gc.rules" -}}
-# Find finished agent-runner Jobs and delete them once their TTL has passed.
+# Watch run-controller's Jobs and release their job-result finalizer (a JSON patch).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "update", "patch", "delete"]
-# Delete AgentRuns past their retention.
+  verbs: ["list", "watch", "patch"]
+# Read whether a Job's AgentRun has recorded its outcome (get: confirm a run is gone).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "delete"]
-# See whether a Job's pods have finished.
-- apiGroups: [""]
-  resources: ["pods"]
   verbs: ["get", "list", "watch"]
 {{- end }}

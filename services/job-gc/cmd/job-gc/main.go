@@ -1,11 +1,15 @@
-// Command job-gc keeps Jobs until their AgentRun has recorded the outcome, then lets TTL and retention clean up (seed 002).
+// Command job-gc keeps each agent-runner Job until its AgentRun has recorded the outcome (the
+// agents.proompteng.ai/job-result finalizer), then lets Kubernetes delete it (seed 002).
 //
-// Configuration comes from the environment (JANGAR_GRPC_HOST, JANGAR_GRPC_PORT,
-// JANGAR_METRICS_ADDR, KUBECONFIG, OTEL_*); see docs/architecture.md.
+// Configuration comes from the environment (JANGAR_*, KUBECONFIG, OTEL_*); see
+// docs/architecture.md.
 package main
 
-import "github.com/agentplane/agentplane/libs/app"
+import (
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/services/job-gc/internal/service"
+)
 
 func main() {
-	app.Main("job-gc", 50054, 9104, nil)
+	app.Main("job-gc", 50054, 9104, service.Setup)
 }

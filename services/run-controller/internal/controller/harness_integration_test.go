@@ -334,4 +334,6 @@ func metav1TypeMeta(kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: orchGV.String(), Kind: kind}
 }
 
-func objectMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: ns} }
+func objectMeta(ns, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: ns}
+}
