@@ -246,3 +246,65 @@ func impersonating(t *testing.T, kubeconfig, user string) string {
 	}
 	return p
 }
+
+// TestRunControllerChartRBACIsEnoughAndNoMore installs the run-controller chart's RBAC on a real
+// API server and runs the binary as its ServiceAccount (impersonated), with leader election on:
+// it runs an AgentRun as a Job and an OrchestrationRun's first step as an AgentRun and its Job in
+// the namespace it is given, and may not touch anything else.
+func TestRunControllerChartRBACIsEnoughAndNoMore(t *testing.T) {
+	root := repoRoot(t)
+	kube, kubectl := chartOnAPIServer(t, "run-controller", "granted", []string{"granted", "elsewhere"}, "--set", "controller.namespaces={granted}")
+	for _, f := range []string{"agent.yaml", "agentrun.yaml", "orchestration.yaml", "orchestrationrun.yaml"} {
+		if out, err := kubectl("apply", "-n", "granted", "-f", filepath.Join(root, "examples", f)); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+	}
+	redis, err := testenv.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redis.Close()
+	dir := t.TempDir()
+	sw, err := testenv.StartService(binPath(t, "status-writer"), dir, "KUBECONFIG="+kube.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Stop()
+	ev, err := testenv.StartService(binPath(t, "event-emitter"), dir, "KUBECONFIG="+kube.Kubeconfig, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop()
+	const sa = "system:serviceaccount:granted:run-controller"
+	rc, err := testenv.StartService(binPath(t, "run-controller"), dir, "KUBECONFIG="+impersonating(t, kube.Kubeconfig, sa),
+		"POD_NAMESPACE=granted", "POD_NAME=run-controller-0", "JANGAR_AGENTS_CONTROLLER_NAMESPACES=granted",
+		"JANGAR_LEADER_ELECTION_ENABLED=true", "JANGAR_STATUS_WRITER_ADDR="+sw.GRPCAddr, "JANGAR_EVENT_EMITTER_ADDR="+ev.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Stop()
+	eventually(t, 60*time.Second, "the run's Job, the first step's AgentRun and its Job", func() error {
+		out, err := kubectl("-n", "granted", "get", "jobs", "-o", "jsonpath={range .items[*]}{.metadata.labels.agents\\.proompteng\\.ai/agent-run} {end}")
+		if err != nil || !strings.Contains(out, "hello ") || !strings.Contains(out, "plan-and-implement-1-plan ") {
+			return errorf("jobs: %q %v\n%s", out, err, rc.Log())
+		}
+		if out, _ := kubectl("-n", "granted", "get", "agentrun", "hello", "-o", "jsonpath={.status.phase}/{.status.jobRef.name}"); !strings.HasPrefix(out, "Pending/hello-") {
+			return errorf("hello status %q", out)
+		}
+		return nil
+	})
+	if strings.Contains(rc.Log(), "forbidden") {
+		t.Errorf("run-controller hit a permission it lacks:\n%s", rc.Log())
+	}
+	for _, probe := range [][]string{
+		{"delete", "jobs", "-n", "granted"}, {"create", "jobs", "-n", "elsewhere"}, {"list", "secrets", "-n", "granted"},
+		{"create", "pods", "-n", "granted"}, {"patch", "agentruns.agents.proompteng.ai", "-n", "granted"},
+		{"update", "agentruns.agents.proompteng.ai/status", "-n", "granted"}, {"delete", "agentruns.agents.proompteng.ai", "-n", "granted"},
+		{"list", "agentruns.agents.proompteng.ai", "-n", "elsewhere"}, {"create", "events", "-n", "granted"},
+	} {
+		out, _ := kubectl(append([]string{"auth", "can-i", "--as", sa}, probe...)...)
+		if strings.TrimSpace(out) != "no" {
+			t.Errorf("the ServiceAccount may %v: %q", probe, out)
+		}
+	}
+}
