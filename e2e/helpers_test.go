@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -51,7 +51,7 @@ func mustExist(t *testing.T, path, target string) string {
 }
 
 // run executes a command and returns its combined output.
-func run(ctx context.Context, t *testing.T, env []string, name string, args ...string) (string, error) {
+func run(ctx context.Context, t testing.TB, env []string, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()

@@ -150,8 +150,8 @@ metadata:
     kubernetes.io/arch: amd64
     type: kwok
 status:
-  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
-  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "5000"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "5000"}
 ---
 apiVersion: v1
 kind: Namespace

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -33,6 +34,12 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentplane_run_controller_api_requests_total",
+		Help: "Requests run-controller made to the API server, by verb (get is a read of one object; list and watch feed the informers).",
+	}, []string{"verb"})
+	rt.Registry.MustRegister(requests)
+	kube.CountRequests(rc, requests)
 	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)

@@ -1,0 +1,220 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+)
+
+// benchOffset moves the benchmark's stack off the test suite's and a developer's ports.
+const benchOffset = 2000
+
+// BenchmarkRunControllerThousandRuns applies 1,000 AgentRuns at once on the local control plane
+// (kwok plays the pods) and measures the time until every one is Running; the baseline, in the
+// same run, creates the same 1,000 Jobs directly with client-go and waits until every pod is
+// Running. It reports the controller's throughput as a fraction of the direct path
+// (direct_time / controller_time; goal >= 0.7) and run-controller's API requests per run, from
+// its agentplane_run_controller_api_requests_total (goal: at most 6 writes and 0 reads of one
+// object per run).
+//
+//	cd e2e && go test -tags e2e -run '^$' -bench RunControllerThousandRuns -benchtime 1x -timeout 30m
+func BenchmarkRunControllerThousandRuns(b *testing.B) {
+	const runs = 1000
+	root := repoRoot(b)
+	ctx := context.Background()
+	dir := b.TempDir()
+	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", benchOffset)}
+	makeLocal := func(target string) (string, error) {
+		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
+	}
+	b.Cleanup(func() { _, _ = makeLocal("down") })
+	if out, err := makeLocal("up"); err != nil {
+		b.Fatalf("make up: %v\n%s", err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 2000, 4000
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	if _, err := kc.CoreV1().Pods("agents").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		b.Fatal(err)
+	}
+	_, err = dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agents"}).Namespace("agents").Create(ctx,
+		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "Agent",
+			"metadata": map[string]any{"name": "bench"}, "spec": map[string]any{"providerRef": map[string]any{"name": "bench"},
+				"defaults": map[string]any{"image": "registry.example.com/agents/bench:1"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	parallel := func(n int, fn func(i int) error) {
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		sem := make(chan struct{}, 32)
+		for i := range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := fn(i); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+	}
+	waitUntil := func(what string, done func() (int, error)) {
+		deadline := time.Now().Add(10 * time.Minute)
+		for {
+			n, err := done()
+			if err == nil && n >= runs {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s: %d of %d after 10m (%v)", what, n, runs, err)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	ann := map[string]string{"agentplane.dev/simulate-duration": "600s"}
+
+	// Baseline: the same Jobs, created directly.
+	start := time.Now()
+	parallel(runs, func(i int) error {
+		_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("direct-%04d", i), Labels: map[string]string{"bench": "direct"}},
+			Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"bench": "direct"}, Annotations: ann},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/agents/bench:1"}}}}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	runningPods := func(selector string) func() (int, error) {
+		return func() (int, error) {
+			l, err := kc.CoreV1().Pods("agents").List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
+			if err != nil {
+				return 0, err
+			}
+			n := 0
+			for _, p := range l.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					n++
+				}
+			}
+			return n, nil
+		}
+	}
+	waitUntil("direct Jobs' pods Running", runningPods("bench=direct"))
+	direct := time.Since(start)
+	if err := kc.BatchV1().Jobs("agents").DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground), GracePeriodSeconds: ptr.To[int64](0)},
+		metav1.ListOptions{LabelSelector: "bench=direct"}); err != nil {
+		b.Fatal(err)
+	}
+	waitUntil("direct pods gone", func() (int, error) {
+		n, err := runningPods("bench=direct")()
+		return runs - n, err
+	})
+
+	before := systemWrites(b)
+	runsRes := dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agentruns"}).Namespace("agents")
+	b.ResetTimer()
+	start = time.Now()
+	parallel(runs, func(i int) error {
+		_, err := runsRes.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun",
+			"metadata": map[string]any{"name": fmt.Sprintf("run-%04d", i), "annotations": map[string]any{"agentplane.dev/simulate-duration": "600s"}},
+			"spec":     map[string]any{"agentRef": map[string]any{"name": "bench"}, "runtime": map[string]any{"type": "job"}},
+		}}, metav1.CreateOptions{})
+		return err
+	})
+	waitUntil("AgentRuns Running", func() (int, error) {
+		l, err := runsRes.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, it := range l.Items {
+			if p, _, _ := unstructured.NestedString(it.Object, "status", "phase"); p == "Running" {
+				n++
+			}
+		}
+		return n, nil
+	})
+	controller := time.Since(start)
+	b.StopTimer()
+	after := systemWrites(b)
+	d := func(what string) float64 { return (after[what] - before[what]) / runs }
+	writes := d("create") + d("update") + d("patch") + d("delete") + d("status") + d("events")
+	b.ReportMetric(direct.Seconds(), "direct_s")
+	b.ReportMetric(controller.Seconds(), "controller_s")
+	b.ReportMetric(direct.Seconds()/controller.Seconds(), "throughput_vs_direct")
+	b.ReportMetric(writes, "writes/run")
+	b.ReportMetric(d("get"), "controller_gets/run")
+	b.Logf("1000 runs: direct %s, through run-controller %s (%.2f of direct; goal >= 0.7); API writes per run %.2f "+
+		"(run-controller %.2f, status-writer %.2f, event-emitter %.2f; goal <= 6), run-controller single-object reads per run %.3f (goal 0)",
+		direct.Round(time.Millisecond), controller.Round(time.Millisecond), direct.Seconds()/controller.Seconds(), writes,
+		d("create")+d("update")+d("patch")+d("delete"), d("status"), d("events"), d("get"))
+}
+
+var (
+	requestLine = regexp.MustCompile(`^agentplane_run_controller_api_requests_total\{verb="([a-z]+)"\} ([0-9.e+]+)$`)
+	statusLine  = regexp.MustCompile(`^agentplane_status_api_writes_total\{kind="AgentRun"\} ([0-9.e+]+)$`)
+	eventsLine  = regexp.MustCompile(`^agentplane_events_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
+)
+
+// systemWrites reads, from the services' metrics, run-controller's API requests by verb, and the
+// API writes status-writer ("status") and event-emitter ("events") made for it.
+func systemWrites(b *testing.B) map[string]float64 {
+	m := map[string]float64{}
+	scrape := func(svc string, fn func(line string)) {
+		out, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", servicePorts[svc][1]+benchOffset))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			fn(l)
+		}
+	}
+	num := func(s string) float64 { f, _ := strconv.ParseFloat(s, 64); return f }
+	scrape("run-controller", func(l string) {
+		if s := requestLine.FindStringSubmatch(l); s != nil {
+			m[s[1]] = num(s[2])
+		}
+	})
+	scrape("status-writer", func(l string) {
+		if s := statusLine.FindStringSubmatch(l); s != nil {
+			m["status"] = num(s[1])
+		}
+	})
+	scrape("event-emitter", func(l string) {
+		if s := eventsLine.FindStringSubmatch(l); s != nil {
+			m["events"] += num(s[1])
+		}
+	})
+	return m
+}

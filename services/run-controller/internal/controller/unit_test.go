@@ -1,0 +1,142 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/config"
+)
+
+func TestJobNamesAreDeterministicShortAndDistinct(t *testing.T) {
+	run := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a-very-long-run-name", 10), UID: "u-1"}}
+	n := jobName(run, "step", 1)
+	if n != jobName(run, "step", 1) || len(n) > 63 {
+		t.Fatalf("%q (%d chars) is not deterministic or too long", n, len(n))
+	}
+	other := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, UID: "u-2"}}
+	if n == jobName(other, "step", 1) || n == jobName(run, "step", 2) || n == jobName(run, "other", 1) {
+		t.Fatal("different runs, steps or attempts share a Job name")
+	}
+	if v := labelValue(strings.Repeat("x", 80)); len(v) > 63 {
+		t.Fatalf("label value %q too long", v)
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	p := Policy{ImagesAllowed: []string{"registry.example.com/agents/*"}, ImagesDenied: []string{"registry.example.com/agents/bad*"},
+		LabelsRequired: []string{"team"}, LabelsAllowed: []string{"env"}, LabelsDenied: []string{"forbidden"}, BlockedSecrets: []string{"root"}}
+	for img, ok := range map[string]bool{"registry.example.com/agents/codex:1": true, "registry.example.com/agents/bad:1": false, "docker.io/x": false} {
+		if err := p.checkImage(img); (err == nil) != ok {
+			t.Errorf("image %s: %v", img, err)
+		}
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		ok     bool
+	}{
+		{map[string]string{"team": "a"}, true},
+		{map[string]string{"team": "a", "env": "p", "app.kubernetes.io/name": "x"}, true},
+		{map[string]string{"env": "p"}, false},
+		{map[string]string{"team": "a", "other": "x"}, false},
+		{map[string]string{"team": "a", "forbidden": "x"}, false},
+	} {
+		if err := p.checkLabels(c.labels); (err == nil) != c.ok {
+			t.Errorf("labels %v: %v", c.labels, err)
+		}
+	}
+	agent := &agentsv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: agentsv1alpha1.AgentSpec{Security: &agentsv1alpha1.AgentSecurity{AllowedSecrets: []string{"gh"}}}}
+	if p.checkSecrets([]string{"gh"}, agent) != nil || p.checkSecrets([]string{"root"}, agent) == nil || p.checkSecrets([]string{"other"}, agent) == nil {
+		t.Error("secret policy")
+	}
+}
+
+func TestTopoOrderRefusesCyclesAndUnknownSteps(t *testing.T) {
+	st := func(name string, deps ...string) orchv1alpha1.OrchestrationStep {
+		return orchv1alpha1.OrchestrationStep{Name: name, Kind: "AgentRun", AgentRef: &orchv1alpha1.NameRef{Name: "a"}, DependsOn: deps}
+	}
+	order, err := topoOrder([]orchv1alpha1.OrchestrationStep{st("d", "b", "c"), st("b", "a"), st("c", "a"), st("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[string]int{}
+	for i, s := range order {
+		pos[s.Name] = i
+	}
+	if !(pos["a"] < pos["b"] && pos["a"] < pos["c"] && pos["b"] < pos["d"] && pos["c"] < pos["d"]) {
+		t.Errorf("order %v", pos)
+	}
+	for _, bad := range [][]orchv1alpha1.OrchestrationStep{
+		{st("x", "y"), st("y", "x")}, {st("x", "nope")}, {st("x"), st("x")},
+		{{Name: "t", Kind: "Tool"}},
+	} {
+		if _, err := topoOrder(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func run(name string, created time.Time, agent string) *agentsv1alpha1.AgentRun {
+	return &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(created)},
+		Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: agent}}}
+}
+
+func TestAdmissionStartsInCreationOrderAndLimitsTheRate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r1, r2, r3 := run("r1", t0, "a"), run("r2", t0.Add(time.Second), "a"), run("r3", t0.Add(2*time.Second), "b")
+	waiting := []*agentsv1alpha1.AgentRun{r1, r2, r3}
+	a := newAdmission(Limits{ConcurrencyNamespace: 1}, func() []*agentsv1alpha1.AgentRun { return waiting })
+	// r3 is looked at first but r1 and r2 are older: it waits.
+	if d := a.admit(r3, t0); d.start || d.reason != ReasonQueued {
+		t.Fatalf("r3: %+v", d)
+	}
+	if d := a.admit(r1, t0); !d.start {
+		t.Fatalf("r1: %+v", d)
+	}
+	waiting = []*agentsv1alpha1.AgentRun{r2, r3}
+	if d := a.admit(r2, t0); d.start {
+		t.Fatalf("r2 started past the limit: %+v", d)
+	}
+	a.release("ns/r1")
+	if d := a.admit(r3, t0); d.start {
+		t.Fatal("r3 overtook r2")
+	}
+	if d := a.admit(r2, t0); !d.start {
+		t.Fatalf("r2: %+v", d)
+	}
+
+	rate := newAdmission(Limits{RateNamespace: 2, RateWindow: time.Minute}, func() []*agentsv1alpha1.AgentRun { return nil })
+	for i, want := range []bool{true, true, false} {
+		d := rate.admit(run(string(rune('a'+i)), t0, "x"), t0)
+		if d.start != want {
+			t.Fatalf("start %d: %+v", i, d)
+		}
+		if !want && (d.retryAfter != time.Minute || !strings.Contains(d.message, "JANGAR_AGENTS_CONTROLLER_RATE_NAMESPACE=2")) {
+			t.Errorf("rate wait %+v", d)
+		}
+	}
+	if d := rate.admit(run("later", t0, "x"), t0.Add(61*time.Second)); !d.start {
+		t.Fatalf("after the window: %+v", d)
+	}
+}
+
+func TestLoadConfigNamesEveryBadVariable(t *testing.T) {
+	svc := config.Service{PodNamespace: "agents"}
+	_, err := LoadConfig(config.FromMap(map[string]string{
+		"JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS": "-1", "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_NAMESPACE": "x",
+		"JANGAR_AGENTS_CONTROLLER_IMAGES_DENIED": "[bad", "JANGAR_AGENTS_CONTROLLER_WORKERS": "0",
+	}), svc)
+	for _, name := range []string{"JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS", "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_NAMESPACE", "JANGAR_AGENTS_CONTROLLER_IMAGES_DENIED", "JANGAR_AGENTS_CONTROLLER_WORKERS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v does not name %s", err, name)
+		}
+	}
+	c, err := LoadConfig(config.FromMap(map[string]string{"JANGAR_AGENTS_CONTROLLER_IMAGES_ALLOWED": ""}), svc)
+	if err != nil || c.JobTTLSeconds != 600 || !c.JobFinalizer || c.Namespaces[0] != "agents" || len(c.Policy.ImagesAllowed) != 0 {
+		t.Errorf("defaults %+v %v", c, err)
+	}
+}
