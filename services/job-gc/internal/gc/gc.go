@@ -266,4 +266,3 @@ func (g *GC) held() int {
 	}
 	return n
 }
-
