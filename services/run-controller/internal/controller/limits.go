@@ -151,6 +151,10 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 	inRepo := func(o scopes) bool { return s.repo != "" && o.repo == s.repo }
 
 	var wait *decision
+	// free is how many of the runs created before this one can start now: the fewest slots
+	// left in any of its limited scopes. Those runs are not waiting, so they do not count
+	// against the queue limits.
+	free := int(^uint(0) >> 1)
 	conc := []scope{
 		{"cluster", "the cluster", envConcCluster, a.l.ConcurrencyCluster, all},
 		{"namespace", "namespace " + s.ns, envConcNS, a.l.ConcurrencyNamespace, inNS},
@@ -166,15 +170,15 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 				running++
 			}
 		}
+		free = min(free, max(0, sc.limit-running))
 		ahead := countOlder(sc.match)
-		if running+ahead >= sc.limit {
+		if wait == nil && running+ahead >= sc.limit {
 			wait = &decision{reason: ReasonQueued, retryAfter: 30 * time.Second, message: fmt.Sprintf(
 				"waiting for a slot: %s runs %d of %d at once (%s=%d), %d created earlier still waiting",
 				sc.name, running, sc.limit, sc.env, sc.limit, ahead)}
-			break
 		}
 	}
-	if wait == nil {
+	{
 		rate := []scope{
 			{"cluster", "the cluster", envRateCluster, a.l.RateCluster, all},
 			{"namespace", "namespace " + s.ns, envRateNS, a.l.RateNamespace, inNS},
@@ -194,8 +198,9 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 					n++
 				}
 			}
+			free = min(free, max(0, sc.limit-n))
 			ahead := countOlder(sc.match)
-			if n+ahead >= sc.limit {
+			if wait == nil && n+ahead >= sc.limit {
 				after := time.Second
 				if n > 0 {
 					after = max(first.Add(a.l.RateWindow).Sub(now), 100*time.Millisecond)
@@ -203,7 +208,6 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 				wait = &decision{reason: ReasonQueued, retryAfter: after, message: fmt.Sprintf(
 					"waiting for the start rate: %s started %d runs in the last %s (%s=%d per %s=%d)",
 					sc.name, n, a.l.RateWindow, sc.env, sc.limit, envRateWindow, int(a.l.RateWindow.Seconds()))}
-				break
 			}
 		}
 	}
@@ -221,7 +225,7 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 		if sc.limit <= 0 || (sc.kind == "repo" && s.repo == "") {
 			continue
 		}
-		if ahead := countOlder(sc.match); ahead >= sc.limit {
+		if ahead := max(0, countOlder(sc.match)-free); ahead >= sc.limit {
 			a.held[key] = true
 			return decision{refuse: true, reason: ReasonQueueFull, message: fmt.Sprintf(
 				"refused: %d runs already wait in %s's queue (%s=%d); create the run again once some have started",

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,24 @@ func TestLoadConfigNamesEveryBadVariable(t *testing.T) {
 	c, err := LoadConfig(config.FromMap(map[string]string{"JANGAR_AGENTS_CONTROLLER_IMAGES_ALLOWED": ""}), svc)
 	if err != nil || c.JobTTLSeconds != 600 || !c.JobFinalizer || c.Namespaces[0] != "agents" || len(c.Policy.ImagesAllowed) != 0 {
 		t.Errorf("defaults %+v %v", c, err)
+	}
+}
+
+// Runs that will get a free slot are not waiting: they do not fill the queue, whatever order
+// the workers look at the runs in.
+func TestQueueCountsOnlyRunsThatMustWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var all []*agentsv1alpha1.AgentRun
+	for i := range 6 {
+		all = append(all, run(fmt.Sprintf("q%d", i+1), t0.Add(time.Duration(i)*time.Second), "a"))
+	}
+	a := newAdmission(Limits{ConcurrencyNamespace: 2, QueueNamespace: 3}, func() []*agentsv1alpha1.AgentRun { return all })
+	for _, i := range []int{3, 4} { // q4 and q5, before q1 and q2 have started
+		if d := a.admit(all[i], t0); d.start || d.refuse {
+			t.Fatalf("%s: %+v, want it queued", all[i].Name, d)
+		}
+	}
+	if d := a.admit(all[5], t0); !d.refuse || d.reason != ReasonQueueFull {
+		t.Fatalf("q6: %+v, want QueueFull", d)
 	}
 }
