@@ -111,7 +111,7 @@ func TestLocalControlPlane(t *testing.T) {
 		if err != nil || strings.TrimSpace(out) != "plan=Succeeded implement=Succeeded test=Succeeded review=Succeeded" {
 			t.Errorf("step statuses %q (%v)", out, err)
 		}
-		out, err = kubectl("get", "events", "--field-selector", "reason=JobCreated,regarding.name=hello", "-o", "name")
+		out, err = kubectl("get", "events", "--field-selector", "reason=JobCreated,involvedObject.name=hello", "-o", "name")
 		if err != nil || strings.TrimSpace(out) == "" {
 			t.Errorf("no JobCreated event for hello: %v %q", err, out)
 		}
