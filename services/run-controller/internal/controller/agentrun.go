@@ -223,6 +223,7 @@ func (c *Controller) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 			return res, nil
 		}
 	}
+	c.limits.markActive(ar)
 	st := runStatus{jobRef: refOf(job), conds: []cond{{CondAccepted, metav1.ConditionTrue, reasons.JobCreated, "Job " + job.Name + " created"}}}
 	switch done, failed, reason, msg := jobOutcome(job); {
 	case done && !failed:

@@ -235,6 +235,18 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 	return *wait
 }
 
+// markActive counts a run whose Job exists as running, even before its status says so (a Job
+// created just before a restart whose jobRef was not yet written).
+func (a *admission) markActive(ar *agentsv1alpha1.AgentRun) {
+	key := nsKey(ar.Namespace, ar.Name)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.active[key]; !ok {
+		a.active[key] = scopesOf(ar)
+		delete(a.held, key)
+	}
+}
+
 // hold marks a run that waits for another reason, so that it does not hold up younger runs.
 func (a *admission) hold(key string) {
 	a.mu.Lock()

@@ -48,7 +48,10 @@ func (c *Controller) reconcileWorkflowRun(ctx context.Context, ar *agentsv1alpha
 		}
 		byStep[step][int32(n)] = j
 	}
-	started := hasStarted(ar)
+	started := hasStarted(ar) || len(byStep) > 0
+	if started {
+		c.limits.markActive(ar)
+	}
 	var agent *agentsv1alpha1.Agent
 	var base work
 	// load checks the Agent and policy once, before the first Job this reconcile creates.
