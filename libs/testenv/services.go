@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -125,4 +126,19 @@ func (s *Service) Exited() bool {
 func (s *Service) Log() string {
 	b, _ := os.ReadFile(s.LogPath)
 	return string(b)
+}
+
+// Eventually calls cond every 50 ms until it returns nil, and fails the test with what and
+// cond's last error when timeout passes first.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s: %v", what, timeout, err)
 }

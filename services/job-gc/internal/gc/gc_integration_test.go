@@ -97,7 +97,7 @@ func TestAJobIsKeptUntilItsResultIsRecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the orphan's hold is released", func() error { return gone("orphan") })
+	testenv.Eventually(t, 20*time.Second, "the orphan's hold is released", func() error { return gone("orphan") })
 	time.Sleep(time.Second)
 	j, err := kc.BatchV1().Jobs(ns).Get(ctx, "held", metav1.GetOptions{})
 	if err != nil || j.DeletionTimestamp == nil {
@@ -117,19 +117,6 @@ func TestAJobIsKeptUntilItsResultIsRecorded(t *testing.T) {
 	if err := rc.Put().Namespace(ns).Resource("agentruns").Name("r").SubResource("status").Body(run).Do(ctx).Into(run); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "released once the result is recorded", func() error { return gone("held") })
+	testenv.Eventually(t, 20*time.Second, "released once the result is recorded", func() error { return gone("held") })
 	_ = orphan
-}
-
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
 }

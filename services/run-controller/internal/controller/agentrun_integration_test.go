@@ -16,6 +16,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 func TestJobRunBecomesOneOwnedJobAndReachesSucceeded(t *testing.T) {
@@ -39,7 +40,7 @@ func TestJobRunBecomesOneOwnedJobAndReachesSucceeded(t *testing.T) {
 	create(t, "agentruns", ns, ar)
 
 	pending := waitPhase(t, ns, "hello", agentsv1alpha1.PhasePending, 20*time.Second)
-	eventually(t, 20*time.Second, "jobRef recorded", func() error {
+	testenv.Eventually(t, 20*time.Second, "jobRef recorded", func() error {
 		pending = getRun(t, ns, "hello")
 		if pending.Status.JobRef == nil {
 			return fmt.Errorf("no jobRef: %+v", pending.Status)
@@ -122,7 +123,7 @@ func TestJobRunFailsWithTheJobsReason(t *testing.T) {
 	startController(t, ns, nil)
 	create(t, "agentruns", ns, jobRun(ns, "boom", "codex"))
 	var name string
-	eventually(t, 20*time.Second, "Job created", func() error {
+	testenv.Eventually(t, 20*time.Second, "Job created", func() error {
 		ar := getRun(t, ns, "boom")
 		if ar.Status.JobRef == nil {
 			return fmt.Errorf("no jobRef")
@@ -154,7 +155,7 @@ func TestJobCreationIsIdempotentAcrossReplicas(t *testing.T) {
 		wg.Go(func() { startController(t, ns, func(c *Config) { c.Workers = 8 }) })
 	}
 	wg.Wait()
-	eventually(t, 60*time.Second, "every run has its Job recorded", func() error {
+	testenv.Eventually(t, 60*time.Second, "every run has its Job recorded", func() error {
 		for i := range runs {
 			if ar := getRun(t, ns, fmt.Sprintf("r%02d", i)); ar.Status.JobRef == nil {
 				return fmt.Errorf("%s: %+v", ar.Name, ar.Status)
@@ -199,7 +200,7 @@ func TestBadSpecsAreReportedAndRunsFailOrWait(t *testing.T) {
 	})
 	// No Agent yet: waits, then runs when the Agent appears.
 	create(t, "agentruns", ns, jobRun(ns, "no-agent", "later"))
-	eventually(t, 20*time.Second, "missing Agent reported", func() error {
+	testenv.Eventually(t, 20*time.Second, "missing Agent reported", func() error {
 		ar := getRun(t, ns, "no-agent")
 		if ar.Status.Phase != agentsv1alpha1.PhasePending || ar.Status.Reason != reasons.InvalidSpec || !strings.Contains(ar.Status.Message, "Agent later not found") {
 			return fmt.Errorf("%+v", ar.Status)
@@ -209,7 +210,7 @@ func TestBadSpecsAreReportedAndRunsFailOrWait(t *testing.T) {
 	waitEvent(t, ns, "no-agent", "Warning", reasons.InvalidSpec)
 	createAgent(t, ns, "later", nil)
 	createAgent(t, ns, "codex", nil)
-	eventually(t, 20*time.Second, "runs once the Agent exists", func() error {
+	testenv.Eventually(t, 20*time.Second, "runs once the Agent exists", func() error {
 		if ar := getRun(t, ns, "no-agent"); ar.Status.JobRef == nil {
 			return fmt.Errorf("%+v", ar.Status)
 		}
@@ -220,7 +221,7 @@ func TestBadSpecsAreReportedAndRunsFailOrWait(t *testing.T) {
 	ms := jobRun(ns, "no-secret", "codex")
 	ms.Spec.Secrets = []string{"api-key"}
 	create(t, "agentruns", ns, ms)
-	eventually(t, 20*time.Second, "missing Secret reported", func() error {
+	testenv.Eventually(t, 20*time.Second, "missing Secret reported", func() error {
 		ar := getRun(t, ns, "no-secret")
 		if ar.Status.Phase != agentsv1alpha1.PhasePending || ar.Status.Reason != reasons.MissingSecret {
 			return fmt.Errorf("%+v", ar.Status)
@@ -231,7 +232,7 @@ func TestBadSpecsAreReportedAndRunsFailOrWait(t *testing.T) {
 	if _, err := kc.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api-key"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "runs once the Secret exists", func() error {
+	testenv.Eventually(t, 30*time.Second, "runs once the Secret exists", func() error {
 		if ar := getRun(t, ns, "no-secret"); ar.Status.JobRef == nil {
 			return fmt.Errorf("%+v", ar.Status)
 		}
@@ -284,7 +285,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 		}
 		return out
 	}
-	eventually(t, 20*time.Second, "two run, three queue, one refused", func() error {
+	testenv.Eventually(t, 20*time.Second, "two run, three queue, one refused", func() error {
 		for i := 3; i <= 5; i++ {
 			ar := getRun(t, ns, fmt.Sprintf("q%d", i))
 			if ar.Status.Reason != ReasonQueued || ar.Status.Phase != agentsv1alpha1.PhasePending {
@@ -308,7 +309,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 	waitEvent(t, ns, "q6", "Warning", reasons.QueueFull)
 	// A slot frees: the oldest waiting run, and only it, starts.
 	finishJob(t, ns, getRun(t, ns, "q1").Status.JobRef.Name, true)
-	eventually(t, 20*time.Second, "q3 starts", func() error {
+	testenv.Eventually(t, 20*time.Second, "q3 starts", func() error {
 		if s := started(); !s["q3"] {
 			return fmt.Errorf("started %v", s)
 		}
@@ -319,7 +320,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 		t.Fatalf("started %v, want q1-q3", s)
 	}
 	finishJob(t, ns, getRun(t, ns, "q2").Status.JobRef.Name, false)
-	eventually(t, 20*time.Second, "q4 starts after q2 fails", func() error {
+	testenv.Eventually(t, 20*time.Second, "q4 starts after q2 fails", func() error {
 		if s := started(); !s["q4"] || s["q5"] {
 			return fmt.Errorf("started %v", s)
 		}

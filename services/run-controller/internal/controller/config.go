@@ -25,8 +25,6 @@ type Config struct {
 	Policy Policy
 	// Limits are the concurrency, queue and start-rate limits.
 	Limits Limits
-	// Identity names this replica in events.
-	Identity string
 }
 
 // Policy is the seeds' admission policy for runs. Patterns use path.Match syntax
@@ -83,7 +81,7 @@ const (
 
 // LoadConfig reads the controller's settings; every bad value is reported at once, by name.
 func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
-	c := Config{Namespaces: svc.Namespaces, Identity: svc.Identity}
+	c := Config{Namespaces: svc.Namespaces}
 	if len(c.Namespaces) == 0 {
 		c.Namespaces = []string{svc.PodNamespace}
 	}

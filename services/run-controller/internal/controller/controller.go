@@ -33,6 +33,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
@@ -82,6 +83,11 @@ type Controller struct {
 	warned map[string]string
 }
 
+var (
+	agentsGV = agentsv1alpha1.GroupVersion
+	orchGV   = orchv1alpha1.GroupVersion
+)
+
 // Index names.
 const (
 	byAgent         = "agent"         // AgentRuns by namespace/agentRef.name
@@ -101,11 +107,11 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics(nil)
 	}
-	agents, err := restClientFor(d.REST, agentsGV)
+	agents, err := kube.RESTClientFor(d.REST, agentsGV)
 	if err != nil {
 		return nil, err
 	}
-	orch, err := restClientFor(d.REST, orchGV)
+	orch, err := kube.RESTClientFor(d.REST, orchGV)
 	if err != nil {
 		return nil, err
 	}
@@ -136,20 +142,20 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.orchQ.ShutDown()
 	var synced []cache.InformerSynced
 	for _, ns := range c.cfg.Namespaces {
-		c.runs[ns] = newInformer(c.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, cache.Indexers{
+		c.runs[ns] = kube.NewInformer(c.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, cache.Indexers{
 			byAgent: func(obj any) ([]string, error) {
 				ar := obj.(*agentsv1alpha1.AgentRun)
 				return []string{nsKey(ar.Namespace, ar.Spec.AgentRef.Name)}, nil
 			},
 		})
-		c.agentDefs[ns] = newInformer(c.agents, "agents", ns, &agentsv1alpha1.Agent{}, nil)
-		c.orchRuns[ns] = newInformer(c.orch, "orchestrationruns", ns, &orchv1alpha1.OrchestrationRun{}, cache.Indexers{
+		c.agentDefs[ns] = kube.NewInformer(c.agents, "agents", ns, &agentsv1alpha1.Agent{}, nil)
+		c.orchRuns[ns] = kube.NewInformer(c.orch, "orchestrationruns", ns, &orchv1alpha1.OrchestrationRun{}, cache.Indexers{
 			byOrchestration: func(obj any) ([]string, error) {
 				or := obj.(*orchv1alpha1.OrchestrationRun)
 				return []string{nsKey(or.Namespace, or.Spec.OrchestrationRef.Name)}, nil
 			},
 		})
-		c.orchs[ns] = newInformer(c.orch, "orchestrations", ns, &orchv1alpha1.Orchestration{}, nil)
+		c.orchs[ns] = kube.NewInformer(c.orch, "orchestrations", ns, &orchv1alpha1.Orchestration{}, nil)
 		factory := informers.NewSharedInformerFactoryWithOptions(c.d.Kube, 0, informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = agentsv1alpha1.LabelManagedBy + "=" + agentsv1alpha1.ManagedByRunController

@@ -98,7 +98,7 @@ func namespace(t *testing.T) string {
 // startController runs the controller in this process for ns until the test ends.
 func startController(t *testing.T, ns string, mod func(*Config)) *Controller {
 	t.Helper()
-	cfg := Config{Namespaces: []string{ns}, JobTTLSeconds: 600, JobFinalizer: true, Workers: 4, Identity: "test"}
+	cfg := Config{Namespaces: []string{ns}, JobTTLSeconds: 600, JobFinalizer: true, Workers: 4}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -134,19 +134,6 @@ func startController(t *testing.T, ns string, mod func(*Config)) *Controller {
 	return c
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s: %v", what, timeout, err)
-}
-
 // Objects.
 
 func createAgent(t *testing.T, ns, name string, mod func(*agentsv1alpha1.Agent)) {
@@ -179,7 +166,7 @@ func create(t *testing.T, resource, ns string, obj any) {
 	if strings.HasPrefix(resource, "orchestration") {
 		gv = orchGV
 	}
-	rc, err := restClientFor(env.Config, gv)
+	rc, err := kube.RESTClientFor(env.Config, gv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +177,7 @@ func create(t *testing.T, resource, ns string, obj any) {
 
 func getRun(t *testing.T, ns, name string) *agentsv1alpha1.AgentRun {
 	t.Helper()
-	rc, _ := restClientFor(env.Config, agentsGV)
+	rc, _ := kube.RESTClientFor(env.Config, agentsGV)
 	out := &agentsv1alpha1.AgentRun{}
 	if err := rc.Get().Namespace(ns).Resource("agentruns").Name(name).Do(context.Background()).Into(out); err != nil {
 		t.Fatalf("get AgentRun %s: %v", name, err)
@@ -200,7 +187,7 @@ func getRun(t *testing.T, ns, name string) *agentsv1alpha1.AgentRun {
 
 func getOrchRun(t *testing.T, ns, name string) *orchv1alpha1.OrchestrationRun {
 	t.Helper()
-	rc, _ := restClientFor(env.Config, orchGV)
+	rc, _ := kube.RESTClientFor(env.Config, orchGV)
 	out := &orchv1alpha1.OrchestrationRun{}
 	if err := rc.Get().Namespace(ns).Resource("orchestrationruns").Name(name).Do(context.Background()).Into(out); err != nil {
 		t.Fatalf("get OrchestrationRun %s: %v", name, err)
@@ -211,7 +198,7 @@ func getOrchRun(t *testing.T, ns, name string) *orchv1alpha1.OrchestrationRun {
 func waitPhase(t *testing.T, ns, name, phase string, timeout time.Duration) *agentsv1alpha1.AgentRun {
 	t.Helper()
 	var ar *agentsv1alpha1.AgentRun
-	eventually(t, timeout, "AgentRun "+name+" "+phase, func() error {
+	testenv.Eventually(t, timeout, "AgentRun "+name+" "+phase, func() error {
 		ar = getRun(t, ns, name)
 		if ar.Status.Phase != phase {
 			return fmt.Errorf("phase %q reason %q message %q", ar.Status.Phase, ar.Status.Reason, ar.Status.Message)
@@ -233,7 +220,7 @@ func jobsIn(t *testing.T, ns string) []batchv1.Job {
 func waitJob(t *testing.T, ns, name string) *batchv1.Job {
 	t.Helper()
 	var j *batchv1.Job
-	eventually(t, 20*time.Second, "Job "+name, func() (err error) {
+	testenv.Eventually(t, 20*time.Second, "Job "+name, func() (err error) {
 		j, err = kc.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
 		return err
 	})
@@ -265,7 +252,7 @@ func fakePodRunning(t *testing.T, j *batchv1.Job) {
 func finishJob(t *testing.T, ns, name string, succeed bool) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, 10*time.Second, "finish Job "+name, func() error {
+	testenv.Eventually(t, 10*time.Second, "finish Job "+name, func() error {
 		j, err := kc.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -309,7 +296,7 @@ func eventsFor(t *testing.T, ns, name string) []eventsv1.Event {
 func waitEvent(t *testing.T, ns, name, typ, reason string) eventsv1.Event {
 	t.Helper()
 	var ev eventsv1.Event
-	eventually(t, 15*time.Second, fmt.Sprintf("%s event %s on %s", typ, reason, name), func() error {
+	testenv.Eventually(t, 15*time.Second, fmt.Sprintf("%s event %s on %s", typ, reason, name), func() error {
 		for _, e := range eventsFor(t, ns, name) {
 			if e.Type == typ && e.Reason == reason {
 				ev = e

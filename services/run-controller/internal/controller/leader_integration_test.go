@@ -44,7 +44,7 @@ func TestLeaderElectionOnlyTheLeaderActsAndTheOtherTakesOver(t *testing.T) {
 		return *l.Spec.HolderIdentity
 	}
 	var leader string
-	eventually(t, 20*time.Second, "a leader", func() error {
+	testenv.Eventually(t, 20*time.Second, "a leader", func() error {
 		if leader = holder(); leader == "" {
 			return fmt.Errorf("no holder")
 		}
@@ -70,7 +70,7 @@ func TestLeaderElectionOnlyTheLeaderActsAndTheOtherTakesOver(t *testing.T) {
 	for _, n := range first {
 		create(t, "agentruns", ns, jobRun(ns, n, "codex"))
 	}
-	eventually(t, 30*time.Second, "the leader starts the first runs", func() error {
+	testenv.Eventually(t, 30*time.Second, "the leader starts the first runs", func() error {
 		if ar := getRun(t, ns, first[0]); ar.Status.JobRef == nil {
 			return fmt.Errorf("not yet")
 		}
@@ -83,7 +83,7 @@ func TestLeaderElectionOnlyTheLeaderActsAndTheOtherTakesOver(t *testing.T) {
 	for _, n := range second {
 		create(t, "agentruns", ns, jobRun(ns, n, "codex"))
 	}
-	eventually(t, 30*time.Second, "the other replica finishes every run", func() error { return recorded(append(first, second...)...) })
+	testenv.Eventually(t, 30*time.Second, "the other replica finishes every run", func() error { return recorded(append(first, second...)...) })
 	if h := holder(); h != follower {
 		t.Errorf("lease holder %q, want %s", h, follower)
 	}

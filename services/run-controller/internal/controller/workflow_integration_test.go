@@ -12,6 +12,8 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 func stepStatus(ar *agentsv1alpha1.AgentRun, name string) agentsv1alpha1.WorkflowStepStatus {
@@ -39,7 +41,7 @@ func TestWorkflowRunsStepsInOrderWithRetries(t *testing.T) {
 	}}
 	create(t, "agentruns", ns, ar)
 	var run *agentsv1alpha1.AgentRun
-	eventually(t, 20*time.Second, "plan attempt 1", func() error {
+	testenv.Eventually(t, 20*time.Second, "plan attempt 1", func() error {
 		run = getRun(t, ns, "wf")
 		if s := stepStatus(run, "plan"); s.Attempt != 1 || s.JobRef == nil {
 			return fmt.Errorf("%+v", run.Status.Workflow)
@@ -59,7 +61,7 @@ func TestWorkflowRunsStepsInOrderWithRetries(t *testing.T) {
 	fakePodRunning(t, j1)
 	waitPhase(t, ns, "wf", agentsv1alpha1.PhaseRunning, 20*time.Second)
 	finishJob(t, ns, j1.Name, false)
-	eventually(t, 20*time.Second, "plan attempt 2 after its backoff", func() error {
+	testenv.Eventually(t, 20*time.Second, "plan attempt 2 after its backoff", func() error {
 		run = getRun(t, ns, "wf")
 		if s := stepStatus(run, "plan"); s.Attempt != 2 || s.JobRef == nil || s.JobRef.Name != jobName(run, "plan", 2) {
 			return fmt.Errorf("%+v", s)
@@ -70,7 +72,7 @@ func TestWorkflowRunsStepsInOrderWithRetries(t *testing.T) {
 		t.Errorf("a retry is not a failure: phase %s", run.Status.Phase)
 	}
 	finishJob(t, ns, jobName(run, "plan", 2), true)
-	eventually(t, 20*time.Second, "implement starts after plan", func() error {
+	testenv.Eventually(t, 20*time.Second, "implement starts after plan", func() error {
 		run = getRun(t, ns, "wf")
 		if s := stepStatus(run, "implement"); s.JobRef == nil {
 			return fmt.Errorf("%+v", run.Status.Workflow)
@@ -108,7 +110,7 @@ func TestWorkflowStepOutOfRetriesFailsTheRun(t *testing.T) {
 	ar.Spec.Workflow = &agentsv1alpha1.WorkflowSpec{Steps: []agentsv1alpha1.WorkflowStep{{Name: "only"}, {Name: "never"}}}
 	create(t, "agentruns", ns, ar)
 	var run *agentsv1alpha1.AgentRun
-	eventually(t, 20*time.Second, "step Job", func() error {
+	testenv.Eventually(t, 20*time.Second, "step Job", func() error {
 		run = getRun(t, ns, "wf-fail")
 		if stepStatus(run, "only").JobRef == nil {
 			return fmt.Errorf("%+v", run.Status)
@@ -153,7 +155,7 @@ func finishStep(t *testing.T, ns, or, step string, succeed bool) {
 	t.Helper()
 	name := or + "-" + step
 	var ar *agentsv1alpha1.AgentRun
-	eventually(t, 20*time.Second, "AgentRun "+name+" has its Job", func() error {
+	testenv.Eventually(t, 20*time.Second, "AgentRun "+name+" has its Job", func() error {
 		if !childExists(t, ns, name) {
 			return fmt.Errorf("no AgentRun %s yet", name)
 		}
@@ -173,7 +175,7 @@ func finishStep(t *testing.T, ns, or, step string, succeed bool) {
 
 func childExists(t *testing.T, ns, name string) bool {
 	t.Helper()
-	rc, _ := restClientFor(env.Config, agentsGV)
+	rc, _ := kube.RESTClientFor(env.Config, agentsGV)
 	err := rc.Get().Namespace(ns).Resource("agentruns").Name(name).Do(t.Context()).Error()
 	return err == nil
 }
@@ -187,7 +189,7 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 	or := orchRun(ns, "dia", "diamond")
 	or.Annotations = map[string]string{"agentplane.dev/simulate-duration": "5s"}
 	create(t, "orchestrationruns", ns, or)
-	eventually(t, 20*time.Second, "step a's AgentRun", func() error {
+	testenv.Eventually(t, 20*time.Second, "step a's AgentRun", func() error {
 		if !childExists(t, ns, "dia-a") {
 			return fmt.Errorf("no dia-a")
 		}
@@ -208,7 +210,7 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 		}
 	}
 	finishStep(t, ns, "dia", "a", true)
-	eventually(t, 20*time.Second, "b and c start", func() error {
+	testenv.Eventually(t, 20*time.Second, "b and c start", func() error {
 		if !childExists(t, ns, "dia-b") || !childExists(t, ns, "dia-c") {
 			return fmt.Errorf("not yet")
 		}
@@ -225,7 +227,7 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 	finishStep(t, ns, "dia", "c", true)
 	finishStep(t, ns, "dia", "d", true)
 	var got *orchv1alpha1.OrchestrationRun
-	eventually(t, 20*time.Second, "orchestration run Succeeded", func() error {
+	testenv.Eventually(t, 20*time.Second, "orchestration run Succeeded", func() error {
 		got = getOrchRun(t, ns, "dia")
 		if got.Status.Phase != agentsv1alpha1.PhaseSucceeded {
 			return fmt.Errorf("%+v", got.Status)
@@ -251,7 +253,7 @@ func TestAFailedStepFailsTheOrchestrationRunAndStartsNothingMore(t *testing.T) {
 	finishStep(t, ns, "dia", "a", true)
 	finishStep(t, ns, "dia", "b", false)
 	var got *orchv1alpha1.OrchestrationRun
-	eventually(t, 20*time.Second, "orchestration run Failed", func() error {
+	testenv.Eventually(t, 20*time.Second, "orchestration run Failed", func() error {
 		got = getOrchRun(t, ns, "dia")
 		if got.Status.Phase != agentsv1alpha1.PhaseFailed {
 			return fmt.Errorf("%+v", got.Status)
@@ -278,7 +280,7 @@ func TestOrchestrationProblemsAreReported(t *testing.T) {
 	cancelled := orchRun(ns, "cancelled", "one")
 	cancelled.Spec.Cancel = true
 	create(t, "orchestrationruns", ns, cancelled)
-	eventually(t, 20*time.Second, "cycle refused, missing Orchestration waits", func() error {
+	testenv.Eventually(t, 20*time.Second, "cycle refused, missing Orchestration waits", func() error {
 		if c := getOrchRun(t, ns, "cyc"); c.Status.Phase != agentsv1alpha1.PhaseFailed || !strings.Contains(c.Status.Message, "cycle") {
 			return fmt.Errorf("cyc %+v", c.Status)
 		}
@@ -290,7 +292,7 @@ func TestOrchestrationProblemsAreReported(t *testing.T) {
 	waitEvent(t, ns, "cyc", "Warning", "InvalidSpec")
 	create(t, "orchestrations", ns, orchestration(ns, "not-yet", step("only")))
 	create(t, "orchestrations", ns, orchestration(ns, "one", step("only")))
-	eventually(t, 20*time.Second, "runs once the Orchestration exists", func() error {
+	testenv.Eventually(t, 20*time.Second, "runs once the Orchestration exists", func() error {
 		if !childExists(t, ns, "waits-only") {
 			return fmt.Errorf("no child")
 		}
