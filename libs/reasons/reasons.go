@@ -24,6 +24,11 @@ const (
 	// QueueFull: a run was refused because too many runs already wait for a slot
 	// (JANGAR_AGENTS_CONTROLLER_QUEUE_*).
 	QueueFull = "QueueFull"
+	// JobResultHeld: a finished or deleted Job has kept its job-result finalizer longer than
+	// JANGAR_JOB_GC_HOLD_WARNING_SECONDS because its run has not recorded the outcome.
+	JobResultHeld = "JobResultHeld"
+	// JobFound: a Job reported missing is there after all (the JobMissing condition clears).
+	JobFound = "JobFound"
 )
 
 // Reasons of OrchestrationRun cancellation (seed 003).
@@ -41,7 +46,7 @@ const (
 
 var all = map[string]bool{
 	InvalidSpec: true, MissingSecret: true, Forbidden: true,
-	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true, QueueFull: true,
+	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true, QueueFull: true, JobResultHeld: true, JobFound: true,
 	CancelRequested: true, Cancelled: true, CancelTimedOut: true, CancelIgnoredTerminal: true,
 }
 

@@ -104,6 +104,18 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: JANGAR_LEADER_ELECTION_NAMESPACE
   value: {{ .Release.Namespace | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS
+  value: {{ .Values.controller.agentRunRetentionSeconds | int64 | quote }}
+- name: JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS
+  value: {{ .Values.controller.missingJobGraceSeconds | int64 | quote }}
+- name: JANGAR_JOB_GC_HOLD_WARNING_SECONDS
+  value: {{ .Values.controller.holdWarningSeconds | int64 | quote }}
+- name: JANGAR_JOB_GC_WORKERS
+  value: {{ .Values.controller.workers | int | quote }}
+- name: JANGAR_STATUS_WRITER_ADDR
+  value: {{ .Values.statusWriter.address | quote }}
+- name: JANGAR_EVENT_EMITTER_ADDR
+  value: {{ .Values.eventEmitter.address | quote }}
 {{- end }}
 
 {{/*
@@ -111,12 +123,15 @@ What the service may do in each namespace it acts in (a Role per namespace, or o
 with rbac.clusterScoped).
 */}}
 {{- define "job-gc.rules" -}}
-# Watch run-controller's Jobs and release their job-result finalizer (a JSON patch).
+# Watch run-controller's Jobs, release their job-result finalizer (a JSON patch), confirm a Job
+# is gone (get), and delete a finished run's Jobs at the end of its retention.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["list", "watch", "patch"]
-# Read whether a Job's AgentRun has recorded its outcome (get: confirm a run is gone).
+  verbs: ["get", "list", "watch", "patch", "delete"]
+# Read whether a Job's AgentRun has recorded its outcome (get: confirm a run is gone), and delete
+# a finished run at the end of its retention. Status goes through status-writer, events through
+# event-emitter: no status or events rights here.
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "delete"]
 {{- end }}

@@ -111,7 +111,7 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
 - name: JANGAR_LEADER_ELECTION_RETRY_PERIOD
   value: {{ .Values.leaderElection.retryPeriod | quote }}
 - name: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS
-  value: {{ .Values.controller.jobTtlSecondsAfterFinished | int64 | quote }}
+  value: {{ (ternary .Values.controller.jobTtlSecondsAfterFinished .Values.controller.jobTTLSeconds (kindIs "invalid" .Values.controller.jobTTLSeconds)) | int64 | quote }}
 - name: JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED
   value: {{ .Values.controller.jobResultFinalizer | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_WORKERS

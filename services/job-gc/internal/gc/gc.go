@@ -1,16 +1,25 @@
-// Package gc is job-gc's result-before-deletion guard (seed 002): run-controller puts the
-// agents.proompteng.ai/job-result finalizer on every Job it creates, so that neither the TTL
-// controller, nor `kubectl delete job`, nor a cascading delete can remove a Job before its
-// outcome is in the AgentRun's status. This controller releases the finalizer once it is:
-// when the run is finished (terminal phase and finishedAt), or when the workflow step that ran
-// the Job has recorded that Job (by UID) as Succeeded or Failed; and when the run that owned the
-// Job no longer exists (confirmed by a live GET, never from the cache alone).
+// Package gc is job-gc (seed 002). It keeps every Job's result until it is recorded, deletes
+// finished runs after their retention, and makes a vanished Job visible.
+//
+//   - Result before deletion: run-controller puts the agents.proompteng.ai/job-result finalizer
+//     on every Job it creates, so that neither the TTL controller, nor `kubectl delete job`, nor
+//     a cascading delete can remove a Job before its outcome is in the AgentRun's status. job-gc
+//     releases the finalizer once it is: when the run is finished (terminal phase and
+//     finishedAt), or when the workflow step that ran the Job has recorded that Job (by UID) as
+//     Succeeded or Failed; and when the run that owned the Job no longer exists (confirmed by a
+//     live GET, never from the cache alone). A finished or deleted Job still held after
+//     HoldWarning raises a JobResultHeld Warning.
+//   - Retention: a finished AgentRun is deleted, with its Jobs, spec.ttlSecondsAfterFinished (or
+//     Config.Retention) after finishedAt. Runs owned by an OrchestrationRun go with it instead.
+//   - Missing Jobs: a non-terminal run whose recorded Job is gone, or is being deleted before it
+//     finished, (confirmed by a live GET) gets JobMissing=True, a WorkflowJobMissing Warning and
+//     a count; still missing after MissingGrace, the run fails with reason WorkflowJobMissing.
 package gc
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,8 +27,12 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -29,10 +42,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/libs/redact"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
 // Why a hold was released (the metric's label).
@@ -41,51 +59,114 @@ const (
 	ReleasedOwnerGone = "owner-gone"
 )
 
-// GC releases job-result finalizers.
-type GC struct {
-	kube       kubernetes.Interface
-	agents     *rest.RESTClient
-	namespaces []string
-	workers    int
-	jobs, runs map[string]cache.SharedIndexInformer
-	q          workqueue.TypedRateLimitingInterface[string]
+// CondJobMissing is the AgentRun condition job-gc sets when the run's Job is gone before its
+// outcome was recorded (reason WorkflowJobMissing), and clears (reason JobFound) if it is back.
+const CondJobMissing = "JobMissing"
 
-	released *prometheus.CounterVec
+// StatusWriter writes status through status-writer (libs/statusclient).
+type StatusWriter interface {
+	Write(ctx context.Context, req *pb.WriteStatusRequest) (*pb.WriteStatusResponse, error)
+}
+
+// EventEmitter emits events through event-emitter (libs/eventclient).
+type EventEmitter interface {
+	Emit(ctx context.Context, req *pb.EmitRequest) (*pb.EmitResponse, error)
+}
+
+// Deps are what job-gc talks to. Registry may be nil.
+type Deps struct {
+	Kube     kubernetes.Interface
+	REST     *rest.Config
+	Status   StatusWriter
+	Events   EventEmitter
+	Registry prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// GC is job-gc's controller.
+type GC struct {
+	cfg        Config
+	d          Deps
+	agents     *rest.RESTClient
+	jobs, runs map[string]cache.SharedIndexInformer
+	jobQ, runQ workqueue.TypedRateLimitingInterface[string]
+
+	mu     sync.Mutex
+	warned map[types.UID]bool // Jobs a JobResultHeld Warning was raised for
+
+	released  *prometheus.CounterVec
+	deletions *prometheus.CounterVec
+	missing   *prometheus.CounterVec
+	failed    *prometheus.CounterVec
 }
 
 const byRun = "run"
 
-// New builds the controller for namespaces; reg may be nil.
-func New(kc kubernetes.Interface, cfg *rest.Config, namespaces []string, reg prometheus.Registerer) (*GC, error) {
-	agents, err := kube.RESTClientFor(cfg, agentsv1alpha1.GroupVersion)
+// New builds job-gc for cfg.Namespaces.
+func New(cfg Config, d Deps) (*GC, error) {
+	agents, err := kube.RESTClientFor(d.REST, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		return nil, err
 	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if cfg.Workers < 1 {
+		cfg.Workers = 4
+	}
+	queue := func(name string) workqueue.TypedRateLimitingInterface[string] {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+	}
 	g := &GC{
-		kube: kc, agents: agents, namespaces: namespaces, workers: 4,
+		cfg: cfg, d: d, agents: agents, warned: map[types.UID]bool{},
 		jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{},
-		q: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "jobs"}),
+		jobQ: queue("jobs"), runQ: queue("agentruns"),
 		released: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_job_gc_holds_released_total", Help: "job-result finalizers released, by why.",
 		}, []string{"why"}),
+		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentplane_job_gc_deletions_total", Help: "Objects job-gc deleted at the end of an AgentRun's retention, by kind.",
+		}, []string{"kind"}),
+		missing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentplane_job_gc_missing_jobs_total", Help: "AgentRuns found missing their Job (WorkflowJobMissing), by namespace.",
+		}, []string{"namespace"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentplane_job_gc_missing_job_failures_total", Help: "AgentRuns failed with WorkflowJobMissing after the grace period, by namespace.",
+		}, []string{"namespace"}),
 	}
-	if reg != nil {
-		reg.MustRegister(g.released, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "agentplane_job_gc_jobs_held", Help: "Jobs that carry the job-result finalizer.",
-		}, func() float64 { return float64(g.held()) }))
+	if r := d.Registry; r != nil {
+		r.MustRegister(g.released, g.deletions, g.missing, g.failed,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "agentplane_job_gc_jobs_held", Help: "Jobs that carry the job-result finalizer.",
+			}, func() float64 { return float64(g.holdStats().held) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "agentplane_job_gc_oldest_hold_seconds",
+				Help: "Age of the oldest hold on a finished or deleted Job (0 when there is none).",
+			}, func() float64 { return g.holdStats().oldest.Seconds() }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "agentplane_job_gc_holds_overdue",
+				Help: "Finished or deleted Jobs held longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS.",
+			}, func() float64 { return float64(g.holdStats().overdue) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "agentplane_job_gc_agentrun_retention_seconds",
+				Help: "How long a finished AgentRun without spec.ttlSecondsAfterFinished is kept (JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS).",
+			}, func() float64 { return cfg.Retention.Seconds() }),
+		)
 	}
 	return g, nil
 }
 
-// Run watches Jobs and AgentRuns and releases holds until ctx ends.
+// Run watches Jobs and AgentRuns until ctx ends.
 func (g *GC) Run(ctx context.Context) error {
-	defer g.q.ShutDown()
+	defer g.jobQ.ShutDown()
+	defer g.runQ.ShutDown()
 	var synced []cache.InformerSynced
-	for _, ns := range g.namespaces {
-		f := informers.NewSharedInformerFactoryWithOptions(g.kube, 0, informers.WithNamespace(ns),
+	for _, ns := range g.cfg.Namespaces {
+		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = agentsv1alpha1.LabelManagedBy + "=" + agentsv1alpha1.ManagedByRunController
+				o.LabelSelector = jobresult.Selector
 			}))
 		g.jobs[ns] = f.Batch().V1().Jobs().Informer()
 		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{byRun: func(obj any) ([]string, error) {
@@ -96,25 +177,52 @@ func (g *GC) Run(ctx context.Context) error {
 			return nil, nil
 		}}))
 		g.runs[ns] = kube.NewInformer(g.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, nil)
-		enqueue := func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				g.q.Add(key)
-			}
-		}
-		_, _ = g.jobs[ns].AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }})
-		onRun := func(obj any) {
+		onJob := func(obj any, deleted bool) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if ar, ok := obj.(*agentsv1alpha1.AgentRun); ok {
-				items, _ := g.jobs[ar.Namespace].GetIndexer().ByIndex(byRun, ar.Namespace+"/"+ar.Name)
-				for _, it := range items {
-					enqueue(it)
-				}
+			j, ok := obj.(*batchv1.Job)
+			if !ok {
+				return
+			}
+			if deleted {
+				g.mu.Lock()
+				delete(g.warned, j.UID)
+				g.mu.Unlock()
+			} else {
+				g.jobQ.Add(j.Namespace + "/" + j.Name)
+			}
+			if ref := owner(j); ref != nil {
+				g.runQ.Add(j.Namespace + "/" + ref.Name)
+			}
+		}
+		_, _ = g.jobs[ns].AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { onJob(o, false) },
+			UpdateFunc: func(_, o any) { onJob(o, false) },
+			DeleteFunc: func(o any) { onJob(o, true) },
+		})
+		onRun := func(obj any, deleted bool) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			ar, ok := obj.(*agentsv1alpha1.AgentRun)
+			if !ok {
+				return
+			}
+			key := ar.Namespace + "/" + ar.Name
+			if !deleted {
+				g.runQ.Add(key)
+			}
+			items, _ := g.jobs[ar.Namespace].GetIndexer().ByIndex(byRun, key)
+			for _, it := range items {
+				j := it.(*batchv1.Job)
+				g.jobQ.Add(j.Namespace + "/" + j.Name)
 			}
 		}
 		_, _ = g.runs[ns].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: onRun, UpdateFunc: func(_, o any) { onRun(o) }, DeleteFunc: onRun,
+			AddFunc:    func(o any) { onRun(o, false) },
+			UpdateFunc: func(_, o any) { onRun(o, false) },
+			DeleteFunc: func(o any) { onRun(o, true) },
 		})
 		for _, inf := range []cache.SharedIndexInformer{g.jobs[ns], g.runs[ns]} {
 			go inf.RunWithContext(ctx)
@@ -124,35 +232,38 @@ func (g *GC) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}
-	logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.namespaces)
+	logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.cfg.Namespaces,
+		"retention", g.cfg.Retention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
 	var wg sync.WaitGroup
-	for range g.workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, g.work, time.Second) })
+	for range g.cfg.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.jobQ, "Reconcile Job", g.reconcileJob) }, time.Second) })
+		wg.Go(func() { wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.runQ, "Reconcile AgentRun", g.reconcileRun) }, time.Second) })
 	}
 	<-ctx.Done()
-	g.q.ShutDown()
+	g.jobQ.ShutDown()
+	g.runQ.ShutDown()
 	wg.Wait()
 	return nil
 }
 
-func (g *GC) work(ctx context.Context) {
+func (g *GC) work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], span string, fn func(context.Context, string) error) {
 	tracer := otel.Tracer("github.com/agentplane/agentplane/services/job-gc")
 	for {
-		key, shutdown := g.q.Get()
+		key, shutdown := q.Get()
 		if shutdown {
 			return
 		}
 		func() {
-			defer g.q.Done(key)
-			ctx, span := tracer.Start(ctx, "Reconcile Job", trace.WithAttributes(attribute.String("k8s.job", key)))
-			defer span.End()
-			if err := g.reconcile(ctx, key); err != nil {
-				span.RecordError(err)
-				logging.FromContext(ctx).Warn("reconcile Job; retrying with backoff", "job", key, "err", err)
-				g.q.AddRateLimited(key)
+			defer q.Done(key)
+			ctx, sp := tracer.Start(ctx, span, trace.WithAttributes(attribute.String("k8s.object", key)))
+			defer sp.End()
+			if err := fn(ctx, key); err != nil {
+				sp.RecordError(err)
+				logging.FromContext(ctx).Warn(strings.ToLower(span)+"; retrying with backoff", "object", key, "err", err)
+				q.AddRateLimited(key)
 				return
 			}
-			g.q.Forget(key)
+			q.Forget(key)
 		}()
 	}
 }
@@ -167,23 +278,37 @@ func owner(j *batchv1.Job) *metav1.OwnerReference {
 	return nil
 }
 
-func holds(j *batchv1.Job) int {
-	for i, f := range j.Finalizers {
-		if f == agentsv1alpha1.FinalizerJobResult {
-			return i
+// finishedAt is when the Job completed or failed, or zero while it runs.
+func finishedAt(j *batchv1.Job) time.Time {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			if j.Status.CompletionTime != nil {
+				return j.Status.CompletionTime.Time
+			}
+			return c.LastTransitionTime.Time
 		}
 	}
-	return -1
+	return time.Time{}
 }
 
-func (g *GC) reconcile(ctx context.Context, key string) error {
+// holdSince is when a hold started to keep something: the Job finished or its deletion was
+// asked for, whichever came first; zero while the Job runs and nobody deletes it.
+func holdSince(j *batchv1.Job) time.Time {
+	t := finishedAt(j)
+	if d := j.DeletionTimestamp; d != nil && (t.IsZero() || d.Time.Before(t)) {
+		t = d.Time
+	}
+	return t
+}
+
+func (g *GC) reconcileJob(ctx context.Context, key string) error {
 	ns, _, _ := cache.SplitMetaNamespaceKey(key)
 	obj, ok, _ := g.jobs[ns].GetStore().GetByKey(key)
 	if !ok {
 		return nil
 	}
 	j := obj.(*batchv1.Job)
-	if holds(j) < 0 {
+	if jobresult.Index(j) < 0 {
 		return nil
 	}
 	ref := owner(j)
@@ -209,6 +334,26 @@ func (g *GC) reconcile(ctx context.Context, key string) error {
 	if Recorded(run, j.UID) {
 		return g.release(ctx, j, ReleasedRecorded)
 	}
+	// Held on purpose; but a finished or deleted Job whose result stays unrecorded for long
+	// means something upstream is stuck, and an operator should hear of it.
+	since := holdSince(j)
+	if since.IsZero() {
+		return nil
+	}
+	if wait := g.cfg.HoldWarning - g.d.Now().Sub(since); wait > 0 {
+		g.jobQ.AddAfter(key, wait)
+		return nil
+	}
+	g.mu.Lock()
+	first := !g.warned[j.UID]
+	g.warned[j.UID] = true
+	g.mu.Unlock()
+	if first {
+		msg := fmt.Sprintf("Job %s has kept its result for %s: AgentRun %s (phase %q) has not recorded its outcome; run-controller must record it, "+
+			"or see docs/architecture.md (job-gc) to release the hold by hand", j.Name, g.d.Now().Sub(since).Round(time.Second), run.Name, run.Status.Phase)
+		logging.FromContext(ctx).Warn("job-result hold overdue", "job", key, "run", run.Name, "since", since)
+		g.emit(ctx, "batch/v1", "Job", j.Namespace, j.Name, string(j.UID), j.ResourceVersion, corev1.EventTypeWarning, reasons.JobResultHeld, "Hold", msg)
+	}
 	return nil
 }
 
@@ -217,11 +362,8 @@ func (g *GC) reconcile(ctx context.Context, key string) error {
 // Failed with that Job.
 func Recorded(run *agentsv1alpha1.AgentRun, uid types.UID) bool {
 	s := run.Status
-	switch s.Phase {
-	case agentsv1alpha1.PhaseSucceeded, agentsv1alpha1.PhaseFailed, agentsv1alpha1.PhaseCancelled:
-		if s.FinishedAt != nil {
-			return true
-		}
+	if terminal(s.Phase) && s.FinishedAt != nil {
+		return true
 	}
 	if s.Workflow != nil {
 		for _, st := range s.Workflow.Steps {
@@ -234,15 +376,18 @@ func Recorded(run *agentsv1alpha1.AgentRun, uid types.UID) bool {
 	return false
 }
 
+func terminal(phase string) bool {
+	return phase == agentsv1alpha1.PhaseSucceeded || phase == agentsv1alpha1.PhaseFailed || phase == agentsv1alpha1.PhaseCancelled
+}
+
 // release removes the finalizer with a JSON patch that first tests it is still where it was,
 // so a concurrent change to the list is never overwritten.
 func (g *GC) release(ctx context.Context, j *batchv1.Job, why string) error {
-	i := holds(j)
-	patch, _ := json.Marshal([]map[string]any{
-		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": agentsv1alpha1.FinalizerJobResult},
-		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
-	})
-	_, err := g.kube.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "agentplane-job-gc"})
+	patch, err := jobresult.ReleasePatch(j)
+	if err != nil {
+		return nil
+	}
+	_, err = g.d.Kube.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "agentplane-job-gc"})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -254,15 +399,229 @@ func (g *GC) release(ctx context.Context, j *batchv1.Job, why string) error {
 	return nil
 }
 
-// held counts the Jobs in the cache that carry the finalizer.
-func (g *GC) held() int {
-	n := 0
+type holdStats struct {
+	held, overdue int
+	oldest        time.Duration
+}
+
+// holdStats counts, from the cache, the Jobs that carry the finalizer, those finished or
+// deleted and held past HoldWarning, and the age of the oldest such hold.
+func (g *GC) holdStats() holdStats {
+	var s holdStats
+	now := g.d.Now()
 	for _, inf := range g.jobs {
 		for _, o := range inf.GetStore().List() {
-			if holds(o.(*batchv1.Job)) >= 0 {
-				n++
+			j := o.(*batchv1.Job)
+			if jobresult.Index(j) < 0 {
+				continue
+			}
+			s.held++
+			if since := holdSince(j); !since.IsZero() {
+				age := now.Sub(since)
+				s.oldest = max(s.oldest, age)
+				if age >= g.cfg.HoldWarning {
+					s.overdue++
+				}
 			}
 		}
 	}
-	return n
+	return s
+}
+
+// emit sends an event through event-emitter; a failure is logged, never returned.
+func (g *GC) emit(ctx context.Context, apiVersion, kind, ns, name, uid, rv, typ, reason, action, note string) {
+	if g.d.Events == nil {
+		return
+	}
+	_, err := g.d.Events.Emit(ctx, &pb.EmitRequest{
+		Object: &pb.EventObject{ApiVersion: apiVersion, Kind: kind, Namespace: ns, Name: name, Uid: uid, ResourceVersion: rv},
+		Type:   typ, Reason: reason, Note: redact.String(note), Action: action,
+	})
+	if err != nil {
+		logging.FromContext(ctx).Warn("emit event", "reason", reason, "object", ns+"/"+name, "err", err)
+	}
+}
+
+// ownedByOrchestration reports whether an OrchestrationRun owns the run (its retention is the
+// OrchestrationRun's: the run is deleted with it).
+func ownedByOrchestration(ar *agentsv1alpha1.AgentRun) bool {
+	for _, r := range ar.OwnerReferences {
+		if r.Kind == "OrchestrationRun" {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *GC) reconcileRun(ctx context.Context, key string) error {
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	obj, ok, _ := g.runs[ns].GetStore().GetByKey(key)
+	if !ok {
+		return nil
+	}
+	ar := obj.(*agentsv1alpha1.AgentRun)
+	if ar.DeletionTimestamp != nil {
+		return nil
+	}
+	if terminal(ar.Status.Phase) {
+		return g.retain(ctx, key, ar)
+	}
+	return g.checkJobs(ctx, key, ar)
+}
+
+// retain deletes a finished run, and its Jobs, once its retention has passed.
+func (g *GC) retain(ctx context.Context, key string, ar *agentsv1alpha1.AgentRun) error {
+	if ar.Status.FinishedAt == nil || ownedByOrchestration(ar) {
+		return nil
+	}
+	ttl := g.cfg.Retention
+	if t := ar.Spec.TTLSecondsAfterFinished; t != nil {
+		ttl = time.Duration(*t) * time.Second
+	}
+	if wait := ar.Status.FinishedAt.Add(ttl).Sub(g.d.Now()); wait > 0 {
+		g.runQ.AddAfter(key, wait)
+		return nil
+	}
+	bg := metav1.DeletePropagationBackground
+	// The Jobs first (their pods follow through the garbage collector), so that none outlives
+	// its run even where no garbage collector runs.
+	items, _ := g.jobs[ar.Namespace].GetIndexer().ByIndex(byRun, key)
+	for _, it := range items {
+		j := it.(*batchv1.Job)
+		if ref := owner(j); ref == nil || ref.UID != ar.UID || j.DeletionTimestamp != nil {
+			continue
+		}
+		err := g.d.Kube.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{
+			PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptr.To(j.UID)}})
+		switch {
+		case err == nil:
+			g.deletions.WithLabelValues("Job").Inc()
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			return fmt.Errorf("delete Job %s/%s at the end of its run's retention: %w", j.Namespace, j.Name, err)
+		}
+	}
+	err := g.agents.Delete().Namespace(ar.Namespace).Resource("agentruns").Name(ar.Name).
+		Body(&metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptr.To(ar.UID)}}).Do(ctx).Error()
+	switch {
+	case err == nil:
+		g.deletions.WithLabelValues("AgentRun").Inc()
+		logging.FromContext(ctx).Info("deleted AgentRun at the end of its retention", "run", key, "finishedAt", ar.Status.FinishedAt.Time, "retention", ttl)
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	default:
+		return fmt.Errorf("delete AgentRun %s at the end of its retention: %w", key, err)
+	}
+	return nil
+}
+
+// expectedJobs are the Jobs a non-terminal run is waiting on: its Job, or the Jobs of its
+// workflow steps that are Pending or Running.
+func expectedJobs(ar *agentsv1alpha1.AgentRun) []agentsv1alpha1.JobRef {
+	var out []agentsv1alpha1.JobRef
+	if wf := ar.Status.Workflow; wf != nil && len(wf.Steps) > 0 {
+		for _, s := range wf.Steps {
+			if s.JobRef != nil && (s.Phase == agentsv1alpha1.PhasePending || s.Phase == agentsv1alpha1.PhaseRunning) {
+				out = append(out, *s.JobRef)
+			}
+		}
+		return out
+	}
+	if ar.Status.JobRef != nil {
+		out = append(out, *ar.Status.JobRef)
+	}
+	return out
+}
+
+// jobMissing says why the run's Job ref can no longer deliver a result, or "" when it can. A
+// Job absent from the cache is confirmed with a live GET: the cache may merely lag.
+func (g *GC) jobMissing(ctx context.Context, ns string, ref agentsv1alpha1.JobRef) (string, error) {
+	doomed := func(j *batchv1.Job) string {
+		if j.DeletionTimestamp != nil && finishedAt(j).IsZero() {
+			return fmt.Sprintf("Job %s was deleted before it finished", j.Name)
+		}
+		return ""
+	}
+	if o, ok, _ := g.jobs[ns].GetStore().GetByKey(ns + "/" + ref.Name); ok {
+		if j := o.(*batchv1.Job); string(j.UID) == ref.UID && doomed(j) == "" {
+			return "", nil
+		}
+	}
+	live, err := g.d.Kube.BatchV1().Jobs(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && string(live.UID) != ref.UID):
+		return fmt.Sprintf("Job %s (uid %s) is gone before its result was recorded", ref.Name, ref.UID), nil
+	case err != nil:
+		return "", fmt.Errorf("get Job %s/%s: %w", ns, ref.Name, err)
+	}
+	return doomed(live), nil
+}
+
+// checkJobs reports a run whose Job is missing, and fails it once MissingGrace has passed.
+func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.AgentRun) error {
+	var why []string
+	for _, ref := range expectedJobs(ar) {
+		w, err := g.jobMissing(ctx, ar.Namespace, ref)
+		if err != nil {
+			return err
+		}
+		if w != "" {
+			why = append(why, w)
+		}
+	}
+	c := meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing)
+	reported := c != nil && c.Status == metav1.ConditionTrue
+	if len(why) == 0 {
+		if reported {
+			return g.write(ctx, ar, "", ar.Status.Reason, ar.Status.Message, &pb.Condition{Type: CondJobMissing, Status: "False",
+				Reason: reasons.JobFound, Message: "the run's Jobs are all there"})
+		}
+		return nil
+	}
+	msg := strings.Join(why, "; ")
+	if !reported {
+		note := fmt.Sprintf("%s; the run fails with %s in %s unless it is back", msg, reasons.WorkflowJobMissing, g.cfg.MissingGrace)
+		if err := g.write(ctx, ar, "", ar.Status.Reason, ar.Status.Message,
+			&pb.Condition{Type: CondJobMissing, Status: "True", Reason: reasons.WorkflowJobMissing, Message: note}); err != nil {
+			return err
+		}
+		g.missing.WithLabelValues(ar.Namespace).Inc()
+		logging.FromContext(ctx).Warn("run is missing its Job", "run", key, "why", msg)
+		g.emit(ctx, agentsv1alpha1.GroupVersion.String(), "AgentRun", ar.Namespace, ar.Name, string(ar.UID), ar.ResourceVersion,
+			corev1.EventTypeWarning, reasons.WorkflowJobMissing, "Check", note)
+		g.runQ.AddAfter(key, g.cfg.MissingGrace)
+		return nil
+	}
+	if wait := g.cfg.MissingGrace - g.d.Now().Sub(c.LastTransitionTime.Time); wait > 0 {
+		g.runQ.AddAfter(key, wait)
+		return nil
+	}
+	msg += "; its result cannot be collected"
+	if err := g.write(ctx, ar, agentsv1alpha1.PhaseFailed, reasons.WorkflowJobMissing, msg,
+		&pb.Condition{Type: "Succeeded", Status: "False", Reason: reasons.WorkflowJobMissing, Message: msg}); err != nil {
+		return err
+	}
+	g.failed.WithLabelValues(ar.Namespace).Inc()
+	logging.FromContext(ctx).Warn("run failed: its Job is missing", "run", key, "why", msg)
+	return nil
+}
+
+// write records status through status-writer. The run's observedGeneration is kept: job-gc
+// reconciles no spec.
+func (g *GC) write(ctx context.Context, ar *agentsv1alpha1.AgentRun, phase, reason, message string, conds ...*pb.Condition) error {
+	gen := ar.Status.ObservedGeneration
+	if gen == 0 {
+		gen = ar.Generation
+	}
+	_, err := g.d.Status.Write(ctx, &pb.WriteStatusRequest{
+		Object:             &pb.ObjectRef{Kind: "AgentRun", Namespace: ar.Namespace, Name: ar.Name, Uid: string(ar.UID)},
+		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message, Conditions: conds,
+	})
+	switch grpcstatus.Code(err) {
+	case codes.OK, codes.NotFound:
+		return nil
+	default:
+		// FailedPrecondition too: the run moved on (finished, a newer generation); the retry
+		// reads the newer object from the cache.
+		return fmt.Errorf("write AgentRun %s/%s status: %w", ar.Namespace, ar.Name, err)
+	}
 }

@@ -6,117 +6,461 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
-var env *testenv.Kube
+var (
+	env            *testenv.Kube
+	swAddr, evAddr string
+	nsSerial       atomic.Int32
+)
 
-func TestMain(m *testing.M) {
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+// runMain starts a real API server, Redis, and status-writer and event-emitter binaries: job-gc
+// writes status and emits events through them as it does in a cluster.
+func runMain(m *testing.M) int {
 	var err error
 	if env, err = testenv.StartKube(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	defer env.Stop()
+	redis, err := testenv.StartRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer redis.Close()
+	binDir, err := os.MkdirTemp("", "job-gc-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	for _, name := range []string{"status-writer", "event-emitter"} {
+		if _, err := testenv.BuildService(binDir, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	common := []string{"KUBECONFIG=" + env.Kubeconfig, "POD_NAMESPACE=default"}
+	sw, err := testenv.StartService(binDir+"/status-writer", binDir, common...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer sw.Stop()
+	ev, err := testenv.StartService(binDir+"/event-emitter", binDir, append(common, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer ev.Stop()
+	swAddr, evAddr = sw.GRPCAddr, ev.GRPCAddr
+	return m.Run()
 }
 
-// A Job deleted by hand (or by its TTL, or a cascading delete) stays readable while its run is
-// unfinished, and goes once the run's status records the outcome; a Job whose run is gone is
-// released.
-func TestAJobIsKeptUntilItsResultIsRecorded(t *testing.T) {
+// fixture is one test's namespace, job-gc instance and clients.
+type fixture struct {
+	t   *testing.T
+	ns  string
+	rc  *rest.RESTClient
+	reg *prometheus.Registry
+	gc  *GC
+}
+
+// start makes a namespace and runs job-gc there with cfg (its namespaces set) until the test ends.
+func start(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	ns := fmt.Sprintf("gc-%d", nsSerial.Add(1))
 	ctx := context.Background()
-	ns := "gc"
-	kc := env.Client
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rc, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &agentsv1alpha1.AgentRun{
-		TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun"},
-		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns},
-		Spec:       agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "a"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}},
-	}
-	if err := rc.Post().Namespace(ns).Resource("agentruns").Body(run).Do(ctx).Into(run); err != nil {
+	sw, err := statusclient.New(swAddr, "job-gc", statusclient.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	job := func(name string, ownerUID string) *batchv1.Job {
-		j := &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Finalizers: []string{agentsv1alpha1.FinalizerJobResult},
-				Labels: map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun",
-					Name: "r", UID: run.UID, Controller: ptr.To(true)}}},
-			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
-				Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
-		}
-		if ownerUID != "" {
-			j.OwnerReferences[0].UID = "00000000-0000-0000-0000-000000000000"
-			j.OwnerReferences[0].Name = ownerUID
-		}
-		out, err := kc.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+	ev, err := eventclient.New(evAddr, "job-gc", "test", eventclient.Options{RetryFor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
-	held := job("held", "")
-	orphan := job("orphan", "gone-run")
-	g, err := New(kc, env.Config, []string{ns}, nil)
+	cfg.Namespaces = []string{ns}
+	reg := prometheus.NewRegistry()
+	g, err := New(cfg, Deps{Kube: env.Client, REST: env.Config, Status: sw, Events: ev, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- g.Run(cctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("job-gc: %v", err)
+		}
+		sw.Close()
+		ev.Close()
+	})
+	return &fixture{t: t, ns: ns, rc: rc, reg: reg, gc: g}
+}
 
-	gone := func(name string) error {
-		_, err := kc.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (%v)", err)
+func defaults() Config {
+	return Config{Retention: time.Hour, MissingGrace: time.Hour, HoldWarning: time.Hour, Workers: 2}
+}
+
+func (f *fixture) run(name string, mod func(*agentsv1alpha1.AgentRun)) *agentsv1alpha1.AgentRun {
+	f.t.Helper()
+	ar := &agentsv1alpha1.AgentRun{
+		TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
+		Spec:       agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "a"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}},
 	}
-	for _, n := range []string{"held", "orphan"} {
-		if err := kc.BatchV1().Jobs(ns).Delete(ctx, n, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
-			t.Fatal(err)
+	if mod != nil {
+		mod(ar)
+	}
+	if err := f.rc.Post().Namespace(f.ns).Resource("agentruns").Body(ar).Do(context.Background()).Into(ar); err != nil {
+		f.t.Fatal(err)
+	}
+	return ar
+}
+
+// setStatus plays run-controller: it writes the run's status directly (read, modify, write,
+// again on a conflict with job-gc's own writes).
+func (f *fixture) setStatus(ar *agentsv1alpha1.AgentRun, st agentsv1alpha1.AgentRunStatus) {
+	f.t.Helper()
+	testenv.Eventually(f.t, 10*time.Second, "write "+ar.Name+"'s status", func() error {
+		cur, err := f.getRun(ar.Name)
+		if err != nil {
+			return err
+		}
+		cur.Status = st
+		cur.Status.ObservedGeneration = cur.Generation
+		return f.rc.Put().Namespace(f.ns).Resource("agentruns").Name(ar.Name).SubResource("status").Body(cur).Do(context.Background()).Into(ar)
+	})
+}
+
+// finishJob plays the Job controller: the Job completes.
+func (f *fixture) finishJob(name string) {
+	f.t.Helper()
+	ctx := context.Background()
+	testenv.Eventually(f.t, 10*time.Second, "finish Job "+name, func() error {
+		j, err := env.Client.BatchV1().Jobs(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		start := metav1.NewTime(now.Add(-time.Second))
+		j.Status = batchv1.JobStatus{StartTime: &start, CompletionTime: &now, Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0),
+			UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
+				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
+			}}
+		_, err = env.Client.BatchV1().Jobs(f.ns).UpdateStatus(ctx, j, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func (f *fixture) getRun(name string) (*agentsv1alpha1.AgentRun, error) {
+	ar := &agentsv1alpha1.AgentRun{}
+	return ar, f.rc.Get().Namespace(f.ns).Resource("agentruns").Name(name).Do(context.Background()).Into(ar)
+}
+
+// job creates a Job the way run-controller does: labelled, owned by ar, held by the finalizer.
+func (f *fixture) job(name string, ar *agentsv1alpha1.AgentRun, mod func(*batchv1.Job)) *batchv1.Job {
+	f.t.Helper()
+	j := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Finalizers: []string{agentsv1alpha1.FinalizerJobResult},
+			Labels: map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun",
+				Name: ar.Name, UID: ar.UID, Controller: ptr.To(true)}}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
+	}
+	if mod != nil {
+		mod(j)
+	}
+	out, err := env.Client.BatchV1().Jobs(f.ns).Create(context.Background(), j, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+func (f *fixture) deleteJob(name string) {
+	f.t.Helper()
+	if err := env.Client.BatchV1().Jobs(f.ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) jobGone(name string) error {
+	_, err := env.Client.BatchV1().Jobs(f.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return fmt.Errorf("Job %s still there (%v)", name, err)
+}
+
+// events lists the reasons of the events about the object called name.
+func (f *fixture) events(name string) []string {
+	f.t.Helper()
+	list, err := env.Client.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Type+"/"+e.Reason)
+	}
+	return out
+}
+
+// metric reads a counter or gauge (with the given labels) from job-gc's registry.
+func (f *fixture) metric(name string, labels ...string) float64 {
+	f.t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !hasLabel(m, labels[i], labels[i+1]) {
+					continue next
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
-	testenv.Eventually(t, 20*time.Second, "the orphan's hold is released", func() error { return gone("orphan") })
-	time.Sleep(time.Second)
-	j, err := kc.BatchV1().Jobs(ns).Get(ctx, "held", metav1.GetOptions{})
+	return 0
+}
+
+func hasLabel(m *dto.Metric, k, v string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == k && l.GetValue() == v {
+			return true
+		}
+	}
+	return false
+}
+
+func finished(phase string) agentsv1alpha1.AgentRunStatus {
+	now := metav1.Now()
+	return agentsv1alpha1.AgentRunStatus{Phase: phase, FinishedAt: &now}
+}
+
+// A Job deleted by hand (or by its TTL, or a cascading delete) stays readable while its run is
+// unfinished, and goes once the run's status records the outcome; a Job whose run is gone is
+// released.
+func TestAJobIsKeptUntilItsResultIsRecorded(t *testing.T) {
+	f := start(t, defaults())
+	run := f.run("r", nil)
+	held := f.job("held", run, nil)
+	f.job("orphan", run, func(j *batchv1.Job) {
+		j.OwnerReferences[0].Name, j.OwnerReferences[0].UID = "gone-run", "00000000-0000-0000-0000-000000000000"
+	})
+	// A finished Job (its TTL deletes it at once, say) is not "missing" while it waits to be
+	// recorded.
+	f.setStatus(run, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "held", Namespace: f.ns, UID: string(held.UID)}})
+	f.finishJob("held")
+	f.deleteJob("held")
+	f.deleteJob("orphan")
+	testenv.Eventually(t, 20*time.Second, "the orphan's hold is released", func() error { return f.jobGone("orphan") })
+	if got := f.metric("agentplane_job_gc_holds_released_total", "why", ReleasedOwnerGone); got != 1 {
+		t.Errorf("released (owner gone) = %v, want 1", got)
+	}
+	j, err := env.Client.BatchV1().Jobs(f.ns).Get(context.Background(), "held", metav1.GetOptions{})
 	if err != nil || j.DeletionTimestamp == nil {
 		t.Fatalf("an unrecorded Job must stay readable while being deleted: %v %+v", err, j)
 	}
-	// Running is not a result.
-	run.Status = agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "held", UID: string(held.UID)}}
-	if err := rc.Put().Namespace(ns).Resource("agentruns").Name("r").SubResource("status").Body(run).Do(ctx).Into(run); err != nil {
+	if got := f.metric("agentplane_job_gc_jobs_held"); got != 1 {
+		t.Errorf("jobs held = %v, want 1", got)
+	}
+	if ar, err := f.getRun("r"); err != nil || meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing) != nil {
+		t.Errorf("a finished Job being deleted was reported missing: %v %+v", err, ar.Status.Conditions)
+	}
+	st := finished("Succeeded")
+	st.JobRef = &agentsv1alpha1.JobRef{Name: "held", Namespace: f.ns, UID: string(held.UID)}
+	f.setStatus(run, st)
+	testenv.Eventually(t, 20*time.Second, "released once the result is recorded", func() error { return f.jobGone("held") })
+	if got := f.metric("agentplane_job_gc_holds_released_total", "why", ReleasedRecorded); got != 1 {
+		t.Errorf("released (recorded) = %v, want 1", got)
+	}
+}
+
+// A finished run is deleted with its Jobs once spec.ttlSecondsAfterFinished has passed; one
+// without it keeps the configured retention; a run of an OrchestrationRun goes with it instead.
+func TestAFinishedRunIsDeletedWithItsJobsAfterItsRetention(t *testing.T) {
+	f := start(t, defaults()) // retention 1h
+	short := f.run("short", func(ar *agentsv1alpha1.AgentRun) { ar.Spec.TTLSecondsAfterFinished = ptr.To[int32](2) })
+	keep := f.run("keep", nil)
+	child := f.run("child", func(ar *agentsv1alpha1.AgentRun) {
+		ar.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
+		ar.OwnerReferences = []metav1.OwnerReference{{APIVersion: "orchestration.proompteng.ai/v1alpha1", Kind: "OrchestrationRun",
+			Name: "or", UID: "11111111-1111-1111-1111-111111111111", Controller: ptr.To(true)}}
+	})
+	f.job("short-job", short, nil)
+	f.job("keep-job", keep, nil)
+	for _, ar := range []*agentsv1alpha1.AgentRun{short, keep, child} {
+		f.setStatus(ar, finished("Succeeded"))
+	}
+	began := time.Now()
+	testenv.Eventually(t, 30*time.Second, "the short run and its Job deleted", func() error {
+		if _, err := f.getRun("short"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("run still there (%v)", err)
+		}
+		return f.jobGone("short-job")
+	})
+	if took := time.Since(began); took < time.Second {
+		t.Errorf("deleted after %s, before its 2s retention", took)
+	}
+	for _, name := range []string{"keep", "child"} {
+		if _, err := f.getRun(name); err != nil {
+			t.Errorf("run %s, within its retention, was deleted: %v", name, err)
+		}
+	}
+	if err := f.jobGone("keep-job"); err == nil {
+		t.Error("the kept run's Job was deleted")
+	}
+	if got := f.metric("agentplane_job_gc_deletions_total", "kind", "AgentRun"); got != 1 {
+		t.Errorf("AgentRun deletions = %v, want 1", got)
+	}
+	if got := f.metric("agentplane_job_gc_agentrun_retention_seconds"); got != 3600 {
+		t.Errorf("retention gauge = %v, want 3600", got)
+	}
+}
+
+// A run whose Job is gone (or deleted before it finished) is reported at once (condition,
+// Warning event, metric) and fails with WorkflowJobMissing after the grace period; a Job that
+// exists but is not in job-gc's cache is not reported.
+func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
+	cfg := defaults()
+	cfg.MissingGrace = 3 * time.Second
+	f := start(t, cfg)
+	lost := f.run("lost", nil)
+	f.setStatus(lost, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "lost-job", Namespace: f.ns, UID: "22222222-2222-2222-2222-222222222222"}})
+	killed := f.run("killed", nil)
+	kj := f.job("killed-job", killed, nil)
+	f.setStatus(killed, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "killed-job", Namespace: f.ns, UID: string(kj.UID)}})
+	// Not labelled as run-controller's, so never in job-gc's cache: only the live GET finds it.
+	late := f.run("late", nil)
+	lj := f.job("late-job", late, func(j *batchv1.Job) { j.Labels = nil; j.Finalizers = nil })
+	f.setStatus(late, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "late-job", Namespace: f.ns, UID: string(lj.UID)}})
+	f.deleteJob("killed-job") // by hand, mid-run
+
+	for _, name := range []string{"lost", "killed"} {
+		testenv.Eventually(t, 20*time.Second, name+" reported missing its Job", func() error {
+			ar, err := f.getRun(name)
+			if err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing)
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reasons.WorkflowJobMissing {
+				return fmt.Errorf("condition %+v", c)
+			}
+			if ar.Status.Phase != "Running" {
+				return fmt.Errorf("phase %s before the grace period passed", ar.Status.Phase)
+			}
+			if ev := f.events(name); !strings.Contains(strings.Join(ev, ","), "Warning/"+reasons.WorkflowJobMissing) {
+				return fmt.Errorf("events %v", ev)
+			}
+			return nil
+		})
+	}
+	if got := f.metric("agentplane_job_gc_missing_jobs_total", "namespace", f.ns); got != 2 {
+		t.Errorf("missing jobs = %v, want 2", got)
+	}
+	for _, name := range []string{"lost", "killed"} {
+		testenv.Eventually(t, 30*time.Second, name+" failed with WorkflowJobMissing", func() error {
+			ar, err := f.getRun(name)
+			if err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(ar.Status.Conditions, "Succeeded")
+			if ar.Status.Phase != "Failed" || ar.Status.Reason != reasons.WorkflowJobMissing || ar.Status.FinishedAt == nil ||
+				c == nil || c.Status != metav1.ConditionFalse || c.Reason != reasons.WorkflowJobMissing {
+				return fmt.Errorf("status %s/%s finishedAt=%v succeeded=%+v", ar.Status.Phase, ar.Status.Reason, ar.Status.FinishedAt, c)
+			}
+			if since := ar.Status.FinishedAt.Sub(meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing).LastTransitionTime.Time); since < 2*time.Second {
+				return fmt.Errorf("failed %s after the report, within the 3s grace", since)
+			}
+			return nil
+		})
+	}
+	// Its result recorded (as a failure), the killed run's Job is released and goes.
+	testenv.Eventually(t, 20*time.Second, "the killed Job released once its run failed", func() error { return f.jobGone("killed-job") })
+	ar, err := f.getRun("late")
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	if err := gone("held"); err == nil {
-		t.Fatal("released while the run was Running")
+	if c := meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing); c != nil || ar.Status.Phase != "Running" {
+		t.Errorf("a Job only missing from the cache was reported: phase %s, condition %+v", ar.Status.Phase, c)
 	}
-	now := metav1.Now()
-	run.Status.Phase, run.Status.FinishedAt = "Succeeded", &now
-	if err := rc.Put().Namespace(ns).Resource("agentruns").Name("r").SubResource("status").Body(run).Do(ctx).Into(run); err != nil {
-		t.Fatal(err)
+	if got := f.metric("agentplane_job_gc_missing_job_failures_total", "namespace", f.ns); got != 2 {
+		t.Errorf("missing job failures = %v, want 2", got)
 	}
-	testenv.Eventually(t, 20*time.Second, "released once the result is recorded", func() error { return gone("held") })
-	_ = orphan
+}
+
+// A deleted Job whose run does not record its outcome is still held (the result comes first),
+// but past the warning bound it raises a JobResultHeld Warning and shows in the metrics.
+func TestAnOverdueHoldRaisesAWarning(t *testing.T) {
+	cfg := defaults()
+	cfg.HoldWarning = 2 * time.Second
+	f := start(t, cfg)
+	run := f.run("stuck", nil)
+	j := f.job("stuck-job", run, nil)
+	// Pending with the Job recorded in a workflow step that is Retrying: not a Job the run waits
+	// on, and not a recorded result.
+	f.setStatus(run, agentsv1alpha1.AgentRunStatus{Phase: "Running", Workflow: &agentsv1alpha1.WorkflowStatus{Phase: "Running",
+		Steps: []agentsv1alpha1.WorkflowStepStatus{{Name: "s", Phase: "Retrying", Attempt: 1,
+			JobRef: &agentsv1alpha1.JobRef{Name: "stuck-job", Namespace: f.ns, UID: string(j.UID)}}}}})
+	f.deleteJob("stuck-job")
+	testenv.Eventually(t, 30*time.Second, "a JobResultHeld Warning on the Job", func() error {
+		if ev := f.events("stuck-job"); !strings.Contains(strings.Join(ev, ","), "Warning/"+reasons.JobResultHeld) {
+			return fmt.Errorf("events %v", ev)
+		}
+		return nil
+	})
+	if got := f.metric("agentplane_job_gc_holds_overdue"); got != 1 {
+		t.Errorf("holds overdue = %v, want 1", got)
+	}
+	if got := f.metric("agentplane_job_gc_oldest_hold_seconds"); got < 2 {
+		t.Errorf("oldest hold = %vs, want >= 2", got)
+	}
+	if err := f.jobGone("stuck-job"); err == nil {
+		t.Fatal("the Job went without its result recorded")
+	}
 }

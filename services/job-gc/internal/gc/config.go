@@ -1,0 +1,66 @@
+package gc
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentplane/agentplane/libs/config"
+)
+
+// Config is job-gc's own configuration, read from the environment; the chart's values map onto
+// these variables one to one.
+type Config struct {
+	// Namespaces job-gc acts in.
+	Namespaces []string
+	// Retention is how long a finished AgentRun without spec.ttlSecondsAfterFinished is kept
+	// before job-gc deletes it and its Jobs: JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS.
+	Retention time.Duration
+	// MissingGrace is how long a run whose Job is gone (or being deleted before it finished) is
+	// reported as missing its Job before it fails with WorkflowJobMissing:
+	// JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS.
+	MissingGrace time.Duration
+	// HoldWarning is how long a finished or deleted Job may keep its job-result finalizer before
+	// job-gc raises a Warning about it: JANGAR_JOB_GC_HOLD_WARNING_SECONDS.
+	HoldWarning time.Duration
+	// Workers reconcile in parallel, per queue: JANGAR_JOB_GC_WORKERS.
+	Workers int
+}
+
+// The variables, by name.
+const (
+	EnvRetention    = "JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS"
+	EnvMissingGrace = "JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS"
+	EnvHoldWarning  = "JANGAR_JOB_GC_HOLD_WARNING_SECONDS"
+	EnvWorkers      = "JANGAR_JOB_GC_WORKERS"
+)
+
+// Defaults: 30 days of retention (the seed's cluster value), a minute of grace, an hour of hold.
+const (
+	DefaultRetention    = 30 * 24 * time.Hour
+	DefaultMissingGrace = time.Minute
+	DefaultHoldWarning  = time.Hour
+)
+
+// LoadConfig reads job-gc's settings; every bad value is reported at once, by name. namespaces
+// are the service's (JANGAR_AGENTS_CONTROLLER_NAMESPACES, else the pod's namespace).
+func LoadConfig(env *config.Env, namespaces []string) (Config, error) {
+	seconds := func(name string, def time.Duration, min int) time.Duration {
+		v := env.Int(name, int(def/time.Second))
+		if v < min || v > 10*365*24*3600 {
+			env.Fail(name, fmt.Sprint(v), fmt.Sprintf("a whole number of seconds between %d and 315360000 (ten years)", min))
+			return def
+		}
+		return time.Duration(v) * time.Second
+	}
+	c := Config{
+		Namespaces:   namespaces,
+		Retention:    seconds(EnvRetention, DefaultRetention, 0),
+		MissingGrace: seconds(EnvMissingGrace, DefaultMissingGrace, 1),
+		HoldWarning:  seconds(EnvHoldWarning, DefaultHoldWarning, 1),
+		Workers:      env.Int(EnvWorkers, 4),
+	}
+	if c.Workers < 1 || c.Workers > 256 {
+		env.Fail(EnvWorkers, fmt.Sprint(c.Workers), "between 1 and 256")
+	}
+	return c, env.Err()
+}
