@@ -236,8 +236,12 @@ func (g *GC) Run(ctx context.Context) error {
 		"retention", g.cfg.Retention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
 	var wg sync.WaitGroup
 	for range g.cfg.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.jobQ, "Reconcile Job", g.reconcileJob) }, time.Second) })
-		wg.Go(func() { wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.runQ, "Reconcile AgentRun", g.reconcileRun) }, time.Second) })
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.jobQ, "Reconcile Job", g.reconcileJob) }, time.Second)
+		})
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.runQ, "Reconcile AgentRun", g.reconcileRun) }, time.Second)
+		})
 	}
 	<-ctx.Done()
 	g.jobQ.ShutDown()
