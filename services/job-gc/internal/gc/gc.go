@@ -395,6 +395,11 @@ func (g *GC) release(ctx context.Context, j *batchv1.Job, why string) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
+	if apierrors.IsInvalid(err) {
+		// The patch's test failed: the finalizer list changed since the cache saw it (the TTL
+		// controller's foreground deletion adds one). The retry reads the newer Job.
+		return fmt.Errorf("release Job %s/%s: its finalizers changed since they were read; retrying with the newer Job", j.Namespace, j.Name)
+	}
 	if err != nil {
 		return fmt.Errorf("release Job %s/%s: %w", j.Namespace, j.Name, err)
 	}

@@ -38,7 +38,12 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 		Name: "agentplane_run_controller_api_requests_total",
 		Help: "Requests run-controller made to the API server, by verb (get is a read of one object; list and watch feed the informers).",
 	}, []string{"verb"})
-	rt.Registry.MustRegister(requests)
+	ttl := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "agentplane_run_controller_job_ttl_seconds",
+		Help: "ttlSecondsAfterFinished written on every Job (JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS); a run's pod logs live as long as its Job.",
+	})
+	ttl.Set(float64(cfg.JobTTLSeconds))
+	rt.Registry.MustRegister(requests, ttl)
 	kube.CountRequests(rc, requests)
 	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
