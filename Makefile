@@ -187,9 +187,9 @@ fuzz: ## Fuzz the secret redactor for FUZZTIME (default 60s): a seeded corpus of
 	cd libs && go test -run '^$$' -fuzz FuzzRedactNeverLeaksTheCorpus -fuzztime $(or $(FUZZTIME),60s) ./redact/
 
 .PHONY: bench
-bench: tools build ## Benchmarks; each figure is printed as a ratio against a baseline measured in the same run (the last one runs 1,000 AgentRuns on its own local control plane).
+bench: tools build ## Benchmarks; each figure is printed as a ratio against a baseline measured in the same run (the last two run 1,000 AgentRuns, and a cancel of 100 running Jobs, each on its own local control plane).
 	go test -count=1 -run '^$$' -bench . -benchmem -tags integration $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
-	cd e2e && go test -count=1 -run '^$$' -bench RunControllerThousandRuns -benchtime 1x -timeout 30m -tags e2e .
+	cd e2e && go test -count=1 -run '^$$' -bench 'RunControllerThousandRuns|CancelHundredRunningJobs' -benchtime 1x -timeout 45m -tags e2e .
 
 ##@ Local control plane
 

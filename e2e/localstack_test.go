@@ -144,6 +144,62 @@ func TestLocalControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("the seed's cancel commands stop a running OrchestrationRun", func(t *testing.T) {
+		manifest := `{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","metadata":{"name":"cancel-me","annotations":{"agentplane.dev/simulate-duration":"600s"}},"spec":{"orchestrationRef":{"name":"plan-and-implement"}}}`
+		if out, err := kubectlStdin(ctx, t, kubectlBin, kubeconfig, manifest); err != nil {
+			t.Fatalf("apply: %v %s", err, out)
+		}
+		eventually(t, time.Minute, "its first step Running", func() error {
+			out, err := kubectl("get", "agentrun", "cancel-me-plan", "-o", "jsonpath={.status.phase}")
+			if err != nil || out != "Running" {
+				return errorf("phase %q %v", out, err)
+			}
+			return nil
+		})
+		// As the seed writes them.
+		if out, err := kubectl("-n", "agents", "patch", "orchestrationrun", "cancel-me", "--type=merge", "-p", `{"spec":{"cancel":true}}`); err != nil {
+			t.Fatalf("patch: %v %s", err, out)
+		}
+		eventually(t, 2*time.Minute, "phase Cancelled and the Cancelled condition", func() error {
+			out, err := kubectl("-n", "agents", "get", "orchestrationrun", "cancel-me", "-o", "yaml")
+			if err != nil || !strings.Contains(out, "phase: Cancelled") || !strings.Contains(out, "type: Cancelled") {
+				return errorf("%v\n%s", err, grepLines(out, "Cancel"))
+			}
+			return nil
+		})
+		eventually(t, 2*time.Minute, "its Jobs and pods gone", func() error {
+			out, err := kubectl("get", "jobs,pods", "-l", "orchestration.proompteng.ai/run=cancel-me", "-o", "name")
+			if err != nil || strings.TrimSpace(out) != "" {
+				return errorf("left: %q %v", out, err)
+			}
+			return nil
+		})
+		if out, err := kubectl("-n", "agents", "patch", "orchestrationrun", "cancel-me", "--type=merge", "-p", `{"spec":{"cancel":false}}`); err == nil || !strings.Contains(out, "cannot be undone") {
+			t.Errorf("a cancel was undone: %v %s", err, out)
+		}
+		if out, _ := kubectl("get", "agentrun", "cancel-me-implement"); !strings.Contains(out, "NotFound") {
+			t.Errorf("a step started after the cancel: %s", out)
+		}
+	})
+
+	t.Run("agentctl cancel --wait stops a run and says what it stopped", func(t *testing.T) {
+		agentctl := binPath(t, "agentctl")
+		out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "long", "--wait", "--timeout", "2m")
+		if err != nil || !strings.Contains(out, "agentrun/long Cancelled: cancelled; stopped 1 Job(s)") {
+			t.Fatalf("agentctl cancel --wait: %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "hello", "--wait", "--timeout", "1m")
+		if err != nil || !strings.Contains(out, "agentrun/hello Succeeded: the run had already Succeeded; cancel changes nothing") {
+			t.Errorf("cancelling a finished run: %v\n%s", err, out)
+		}
+		if out, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.status.phase}"); err != nil || out != "Succeeded" {
+			t.Errorf("hello is %q after a cancel", out)
+		}
+		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "nope"); err == nil || !strings.Contains(out, "not found") {
+			t.Errorf("cancelling a run that does not exist: %v %s", err, out)
+		}
+	})
+
 	t.Run("event-emitter records a Warning that kubectl describe shows", func(t *testing.T) {
 		uid, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.metadata.uid}")
 		if err != nil {

@@ -42,12 +42,15 @@ const (
 	CancelTimedOut = "CancelTimedOut"
 	// CancelIgnoredTerminal: cancel was requested on a run already Succeeded or Failed: a no-op.
 	CancelIgnoredTerminal = "CancelIgnoredTerminal"
+	// CancelDisabled: cancel was requested while cancel support is off
+	// (JANGAR_ORCHESTRATION_CANCEL_ENABLED=false); nothing was stopped.
+	CancelDisabled = "CancelDisabled"
 )
 
 var all = map[string]bool{
 	InvalidSpec: true, MissingSecret: true, Forbidden: true,
 	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true, QueueFull: true, JobResultHeld: true, JobFound: true,
-	CancelRequested: true, Cancelled: true, CancelTimedOut: true, CancelIgnoredTerminal: true,
+	CancelRequested: true, Cancelled: true, CancelTimedOut: true, CancelIgnoredTerminal: true, CancelDisabled: true,
 }
 
 // Known reports whether reason is one of the system's stable reasons.

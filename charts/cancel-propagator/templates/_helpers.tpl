@@ -104,6 +104,16 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: JANGAR_LEADER_ELECTION_NAMESPACE
   value: {{ .Release.Namespace | quote }}
+- name: JANGAR_ORCHESTRATION_CANCEL_ENABLED
+  value: {{ .Values.cancel.enabled | quote }}
+- name: JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS
+  value: {{ .Values.cancel.timeoutMs | int64 | quote }}
+- name: JANGAR_CANCEL_PROPAGATOR_WORKERS
+  value: {{ .Values.controller.workers | int | quote }}
+- name: JANGAR_STATUS_WRITER_ADDR
+  value: {{ .Values.statusWriter.address | quote }}
+- name: JANGAR_EVENT_EMITTER_ADDR
+  value: {{ .Values.eventEmitter.address | quote }}
 {{- end }}
 
 {{/*
@@ -111,19 +121,25 @@ What the service may do in each namespace it acts in (a Role per namespace, or o
 with rbac.clusterScoped).
 */}}
 {{- define "cancel-propagator.rules" -}}
-# Watch for cancelled OrchestrationRuns.
+# Watch cancelled OrchestrationRuns and AgentRuns (status goes through status-writer, events
+# through event-emitter: no status or events rights here).
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrationruns"]
   verbs: ["get", "list", "watch"]
-# Cancel what they started: AgentRuns and their Jobs.
+# Set spec.cancel on a cancelled OrchestrationRun's AgentRuns (a merge patch).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch"]
+# Suspend (patch) and delete a cancelled run's Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "delete"]
-# Best-effort: stop Argo Workflows when Argo is installed (ignored when the CRD is absent).
+  verbs: ["get", "list", "watch", "patch", "delete"]
+# Delete their pods with their grace period, and confirm none is left.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "delete"]
+# Argo Workflows, when their CRD is served: shut down (patch) and delete a run's Workflows.
 - apiGroups: ["argoproj.io"]
   resources: ["workflows"]
-  verbs: ["get", "list", "patch", "delete"]
+  verbs: ["list", "patch", "delete"]
 {{- end }}

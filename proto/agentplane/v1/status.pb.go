@@ -188,7 +188,14 @@ type WriteStatusRequest struct {
 	// artifacts for AgentRun; runId, stepStatuses for OrchestrationRun).
 	Fields *structpb.Struct `protobuf:"bytes,7,opt,name=fields,proto3" json:"fields,omitempty"`
 	// FieldManager names the caller for server-side field ownership.
-	FieldManager  string `protobuf:"bytes,8,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
+	FieldManager string `protobuf:"bytes,8,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
+	// Claim makes the write a start claim (seed 003): it keeps phase, reason, message,
+	// observedGeneration and conditions as they are on the object, sets only the given fields
+	// (and updatedAt), and is refused with FAILED_PRECONDITION when the object's spec.cancel is
+	// true. It is judged on the live object and written guarded by its resourceVersion, so a
+	// cancel written before the claim always wins: a controller that claims before it creates
+	// anything starts nothing once the cancel is in.
+	Claim         bool `protobuf:"varint,9,opt,name=claim,proto3" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +286,13 @@ func (x *WriteStatusRequest) GetFieldManager() string {
 	return ""
 }
 
+func (x *WriteStatusRequest) GetClaim() bool {
+	if x != nil {
+		return x.Claim
+	}
+	return false
+}
+
 type WriteStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Status is the object's .status as written, as JSON.
@@ -355,7 +369,7 @@ const file_agentplane_v1_status_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12/\n" +
-	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\"\xcf\x02\n" +
+	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\"\xe5\x02\n" +
 	"\x12WriteStatusRequest\x120\n" +
 	"\x06object\x18\x01 \x01(\v2\x18.agentplane.v1.ObjectRefR\x06object\x12/\n" +
 	"\x13observed_generation\x18\x02 \x01(\x03R\x12observedGeneration\x12\x14\n" +
@@ -366,7 +380,8 @@ const file_agentplane_v1_status_proto_rawDesc = "" +
 	"conditions\x18\x06 \x03(\v2\x18.agentplane.v1.ConditionR\n" +
 	"conditions\x12/\n" +
 	"\x06fields\x18\a \x01(\v2\x17.google.protobuf.StructR\x06fields\x12#\n" +
-	"\rfield_manager\x18\b \x01(\tR\ffieldManager\"\x81\x01\n" +
+	"\rfield_manager\x18\b \x01(\tR\ffieldManager\x12\x14\n" +
+	"\x05claim\x18\t \x01(\bR\x05claim\"\x81\x01\n" +
 	"\x13WriteStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
 	"statusJson\x12)\n" +

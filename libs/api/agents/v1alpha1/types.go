@@ -135,6 +135,7 @@ type AgentRun struct {
 }
 
 // AgentRunSpec is what to run.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
 type AgentRunSpec struct {
 	AgentRef LocalRef `json:"agentRef"`
 	// +optional
@@ -165,6 +166,10 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// Cancel asks for the run and its Jobs to be stopped (cancel-propagator). A run already
+	// finished keeps its phase. Once true it cannot be set back.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
 }
 
 // InlineImplementation carries an implementation in the run itself.

@@ -109,14 +109,15 @@ type OrchestrationRun struct {
 }
 
 // OrchestrationRunSpec is what to run and whether to stop it.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
 type OrchestrationRunSpec struct {
 	OrchestrationRef NameRef `json:"orchestrationRef"`
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 	// +optional
 	DeliveryID string `json:"deliveryId,omitempty"`
-	// Cancel asks for the run and everything it started to be stopped. A run already finished
-	// keeps its phase.
+	// Cancel asks for the run and everything it started to be stopped (cancel-propagator). A run
+	// already finished keeps its phase. Once true it cannot be set back.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
 }

@@ -48,7 +48,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "kubeconfig context to use")
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace of the control plane (default: the context's namespace)")
-	root.AddCommand(newVersionCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newJobsCommand(g))
+	root.AddCommand(newVersionCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newJobsCommand(g), newCancelCommand(g))
 	return root
 }
 

@@ -1,11 +1,16 @@
-// Command cancel-propagator stops everything an OrchestrationRun started when spec.cancel is set (seed 003).
+// Command cancel-propagator stops everything an OrchestrationRun or AgentRun started when its
+// spec.cancel is set, and brings the run to phase Cancelled within a bound (seed 003).
 //
-// Configuration comes from the environment (JANGAR_GRPC_HOST, JANGAR_GRPC_PORT,
-// JANGAR_METRICS_ADDR, KUBECONFIG, OTEL_*); see docs/architecture.md.
+// Configuration comes from the environment (JANGAR_ORCHESTRATION_CANCEL_ENABLED,
+// JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS, JANGAR_STATUS_WRITER_ADDR, JANGAR_EVENT_EMITTER_ADDR,
+// and the common JANGAR_*, KUBECONFIG, OTEL_*); see docs/architecture.md.
 package main
 
-import "github.com/agentplane/agentplane/libs/app"
+import (
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/services/cancel-propagator/internal/service"
+)
 
 func main() {
-	app.Main("cancel-propagator", 50055, 9105, nil)
+	app.Main("cancel-propagator", 50055, 9105, service.Setup)
 }

@@ -475,6 +475,9 @@ func (g *GC) reconcileRun(ctx context.Context, key string) error {
 	if terminal(ar.Status.Phase) {
 		return g.retain(ctx, key, ar)
 	}
+	if ar.Spec.Cancel {
+		return nil // cancel-propagator stops its Jobs on purpose
+	}
 	return g.checkJobs(ctx, key, ar)
 }
 
@@ -587,6 +590,16 @@ func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.Agent
 		return nil
 	}
 	msg := strings.Join(why, "; ")
+	// A cancel deletes the run's Jobs on purpose; the cache may not show it yet.
+	live := &agentsv1alpha1.AgentRun{}
+	switch err := g.agents.Get().Namespace(ar.Namespace).Resource("agentruns").Name(ar.Name).Do(ctx).Into(live); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get AgentRun %s: %w", key, err)
+	case live.Spec.Cancel || terminal(live.Status.Phase):
+		return nil
+	}
 	if !reported {
 		note := fmt.Sprintf("%s; the run fails with %s in %s unless it is back", msg, reasons.WorkflowJobMissing, g.cfg.MissingGrace)
 		if err := g.write(ctx, ar, "", ar.Status.Reason, ar.Status.Message,

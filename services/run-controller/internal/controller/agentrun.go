@@ -62,7 +62,8 @@ func (c *Controller) reconcileAgentRun(ctx context.Context, ns, name string) (re
 		c.forgetWarnings(nsKey(ns, name))
 		return result{}, nil
 	}
-	if ar.DeletionTimestamp != nil || isTerminal(ar.Status.Phase) {
+	if ar.DeletionTimestamp != nil || isTerminal(ar.Status.Phase) || ar.Spec.Cancel {
+		// A cancelled run is cancel-propagator's: nothing more starts for it.
 		return result{}, nil
 	}
 	switch ar.Spec.Runtime.Type {
@@ -264,6 +265,16 @@ func (c *Controller) startJob(ctx context.Context, ar *agentsv1alpha1.AgentRun, 
 	if err != nil {
 		c.limits.unstart(key)
 		return nil, result{}, &problem{fail: true, reason: reasons.InvalidSpec, message: err.Error()}
+	}
+	// A start claim on the run (on its OrchestrationRun for a step's run) through status-writer:
+	// refused once the cancel is in, even if the cache has not seen it, so no Job starts after
+	// a cancel.
+	if granted, err := c.claimStart(ctx, ar); err != nil || !granted {
+		c.limits.unstart(key)
+		if err != nil {
+			return nil, result{}, &problem{reason: reasons.ReconcileError, message: err.Error()}
+		}
+		return nil, result{}, nil
 	}
 	created, err := c.d.Kube.BatchV1().Jobs(ar.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "agentplane-run-controller"})
 	switch {

@@ -85,7 +85,7 @@ func (c *Controller) reconcileOrchestrationRun(ctx context.Context, ns, name str
 				continue
 			}
 			ar, err := c.createChild(ctx, or, s)
-			if err != nil {
+			if err != nil || ar == nil { // nil: the run was cancelled meanwhile
 				return result{}, err
 			}
 			children[s.Name] = ar
@@ -201,6 +201,22 @@ func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 			AgentRef: agentsv1alpha1.LocalRef{Name: s.AgentRef.Name}, Runtime: agentsv1alpha1.RuntimeSpec{Type: runtime},
 			Workload: workload, Parameters: params,
 		},
+	}
+	// A start claim on the run, recording the step as starting: refused once the cancel is in,
+	// even if the cache has not seen it, so no step starts after a cancel.
+	steps := append([]orchv1alpha1.StepStatus(nil), or.Status.StepStatuses...)
+	starting := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending, Message: "starting: creating AgentRun " + ar.Name}
+	found := false
+	for i := range steps {
+		if steps[i].Name == s.Name {
+			steps[i], found = starting, true
+		}
+	}
+	if !found {
+		steps = append(steps, starting)
+	}
+	if granted, err := c.claim(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), map[string]any{"stepStatuses": steps}); err != nil || !granted {
+		return nil, err
 	}
 	out := &agentsv1alpha1.AgentRun{}
 	err := c.agents.Post().Namespace(or.Namespace).Resource("agentruns").

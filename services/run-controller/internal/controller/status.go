@@ -146,3 +146,41 @@ func (c *Controller) emit(ctx context.Context, obj metav1.Object, typ, reason, a
 	}
 	c.d.Metrics.events.WithLabelValues(reason, resp.GetOutcome().String()).Inc()
 }
+
+// claimStart claims, before a Job is created, that work starts for the run: on the run itself,
+// or on the OrchestrationRun that owns it (whose cancel stops its steps).
+func (c *Controller) claimStart(ctx context.Context, ar *agentsv1alpha1.AgentRun) (bool, error) {
+	if ref := controllerOf(ar.OwnerReferences, "OrchestrationRun"); ref != nil {
+		return c.claim(ctx, "OrchestrationRun", ar.Namespace, ref.Name, string(ref.UID), nil)
+	}
+	return c.claim(ctx, "AgentRun", ar.Namespace, ar.Name, string(ar.UID), nil)
+}
+
+// claim asks status-writer for a start claim on an object (WriteStatusRequest.claim): granted
+// unless the object's spec.cancel is true (or it is gone), judged on the live object. fields,
+// if any, are written with it.
+func (c *Controller) claim(ctx context.Context, kind, ns, name, uid string, fields map[string]any) (bool, error) {
+	req := &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid}, ObservedGeneration: 1, Claim: true}
+	if len(fields) > 0 {
+		raw, err := json.Marshal(fields)
+		if err != nil {
+			return false, fmt.Errorf("encode status fields: %w", err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		if req.Fields, err = structpb.NewStruct(m); err != nil {
+			return false, fmt.Errorf("encode status fields: %w", err)
+		}
+	}
+	_, err := c.d.Status.Write(ctx, req)
+	c.d.Metrics.statusWrites.WithLabelValues(kind).Inc()
+	switch grpcstatus.Code(err) {
+	case codes.OK:
+		return true, nil
+	case codes.FailedPrecondition, codes.NotFound:
+		logging.FromContext(ctx).Info("start refused: the run is cancelled or gone", "kind", kind, "object", ns+"/"+name, "err", err)
+		return false, nil
+	default:
+		return false, fmt.Errorf("claim a start on %s %s/%s: %w", kind, ns, name, err)
+	}
+}

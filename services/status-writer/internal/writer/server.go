@@ -49,7 +49,7 @@ func (s *Server) WriteStatus(ctx context.Context, in *pb.WriteStatusRequest) (*p
 
 	req := Request{
 		Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUid(),
-		FieldManager: in.GetFieldManager(),
+		FieldManager: in.GetFieldManager(), Claim: in.GetClaim(),
 		Contract: status.Request{
 			ObservedGeneration: in.GetObservedGeneration(),
 			Phase:              in.GetPhase(),

@@ -38,6 +38,9 @@ type Request struct {
 	Contract     status.Request
 	Fields       map[string]any
 	FieldManager string
+	// Claim: keep phase, reason, message, observedGeneration and conditions; refuse when the
+	// object's spec.cancel is true (see the proto's WriteStatusRequest.claim).
+	Claim bool
 }
 
 // Result is the status as written.
@@ -316,7 +319,16 @@ func (w *Writer) applyBatch(obj *unstructured.Unstructured, batch []*call) ([]*c
 				status.ErrPrecondition, c.kind.name, obj.GetNamespace(), obj.GetName(), obj.GetUID(), c.req.UID)
 			continue
 		}
-		next, err := status.Apply(cur, obj.GetGeneration(), c.req.Contract, c.kind.phases, w.now())
+		contract := c.req.Contract
+		if c.req.Claim {
+			if cancelled, _, _ := unstructured.NestedBool(obj.Object, "spec", "cancel"); cancelled {
+				c.err = fmt.Errorf("%w: %s %s/%s is cancelled (spec.cancel is true): nothing more may start for it",
+					status.ErrPrecondition, c.kind.name, obj.GetNamespace(), obj.GetName())
+				continue
+			}
+			contract = status.Request{ObservedGeneration: max(cur.ObservedGeneration, 1), Reason: cur.Reason, Message: cur.Message}
+		}
+		next, err := status.Apply(cur, obj.GetGeneration(), contract, c.kind.phases, w.now())
 		if err != nil {
 			c.err = err
 			continue

@@ -457,3 +457,40 @@ func mustFreePort(t testing.TB) int {
 	}
 	return p
 }
+
+// A claim keeps the status as it is (bar updatedAt), and is refused once spec.cancel is set,
+// even when status-writer's own copy of the object predates the cancel.
+func TestAClaimIsRefusedOnceTheRunIsCancelled(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "claimed")
+	ref := runRef(run)
+	before, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "Running", Message: "step a runs",
+		Conditions: []*pb.Condition{{Type: "Accepted", Status: "True", Reason: "JobCreated", Message: "ok"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := write(t, &pb.WriteStatusRequest{Object: ref, Claim: true, ObservedGeneration: 1})
+	if err != nil {
+		t.Fatalf("claim on a run not cancelled: %v", err)
+	}
+	if after.Phase != "Running" || after.Reason != "Running" || after.Message != "step a runs" || len(after.Conditions) != 1 ||
+		after.ObservedGeneration != 1 || !after.UpdatedAt.After(before.UpdatedAt.Time) {
+		t.Errorf("a claim changed the status: %+v -> %+v", before, after)
+	}
+	// status-writer's cached copy is now older than the cancel.
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), run); err != nil {
+		t.Fatal(err)
+	}
+	run.Spec.Cancel = true
+	if err := kc.Update(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	_, err = write(t, &pb.WriteStatusRequest{Object: ref, Claim: true, ObservedGeneration: 1})
+	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("claim on a cancelled run: %v, want FailedPrecondition naming the cancel", err)
+	}
+	// An ordinary write (cancel-propagator's) still goes through.
+	if _, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 2, Phase: "Cancelled", Reason: "Cancelled", Message: "cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,382 @@
+//go:build integration
+
+package cancel
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/eventclient"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/statusclient"
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+var (
+	env            *testenv.Kube
+	swAddr, evAddr string
+	binDir         string
+	nsSerial       atomic.Int32
+)
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+// runMain starts a real API server, Redis, status-writer and event-emitter, and builds
+// run-controller and cancel-propagator for the tests that run them as processes.
+func runMain(m *testing.M) int {
+	var err error
+	if env, err = testenv.StartKube(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Stop()
+	redis, err := testenv.StartRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer redis.Close()
+	if binDir, err = os.MkdirTemp("", "cancel-it-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	for _, name := range []string{"status-writer", "event-emitter", "run-controller", "cancel-propagator"} {
+		if _, err := testenv.BuildService(binDir, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	common := []string{"KUBECONFIG=" + env.Kubeconfig, "POD_NAMESPACE=default"}
+	sw, err := testenv.StartService(binDir+"/status-writer", binDir, common...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer sw.Stop()
+	ev, err := testenv.StartService(binDir+"/event-emitter", binDir, append(common, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer ev.Stop()
+	swAddr, evAddr = sw.GRPCAddr, ev.GRPCAddr
+	return m.Run()
+}
+
+type fixture struct {
+	t        *testing.T
+	ns       string
+	agents   *rest.RESTClient
+	orch     *rest.RESTClient
+	reg      *prometheus.Registry
+	p        *Propagator
+	stopProp func()
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ns := fmt.Sprintf("cancel-%d", nsSerial.Add(1))
+	if _, err := env.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orch, err := kube.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ns: ns, agents: agents, orch: orch}
+}
+
+// start runs cancel-propagator in this process until stopProp or the test's end.
+func (f *fixture) start(cfg Config) {
+	f.t.Helper()
+	sw, err := statusclient.New(swAddr, "cancel-propagator", statusclient.Options{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ev, err := eventclient.New(evAddr, "cancel-propagator", "test", eventclient.Options{RetryFor: 5 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.Namespaces = []string{f.ns}
+	if cfg.Workers == 0 {
+		cfg.Workers = 2
+	}
+	f.reg = prometheus.NewRegistry()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	p, err := New(cfg, Deps{Kube: env.Client, Dynamic: dyn, REST: env.Config, Status: sw, Events: ev, Registry: f.reg})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.p = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stopped := false
+	f.stopProp = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			f.t.Errorf("cancel-propagator: %v", err)
+		}
+		sw.Close()
+		ev.Close()
+	}
+	f.t.Cleanup(f.stopProp)
+}
+
+// runController runs the run-controller binary for the fixture's namespace until the test ends.
+func (f *fixture) runController() *testenv.Service {
+	f.t.Helper()
+	rc, err := testenv.StartService(binDir+"/run-controller", binDir, "KUBECONFIG="+env.Kubeconfig, "POD_NAMESPACE="+f.ns,
+		"JANGAR_AGENTS_CONTROLLER_NAMESPACES="+f.ns, "JANGAR_STATUS_WRITER_ADDR="+swAddr, "JANGAR_EVENT_EMITTER_ADDR="+evAddr)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(rc.Stop)
+	return rc
+}
+
+// kubectl runs the pinned kubectl against the test API server.
+func (f *fixture) kubectl(args ...string) (string, error) {
+	out, errOut, err := env.RunKubectl(context.Background(), args...)
+	return out + errOut, err
+}
+
+func (f *fixture) apply(manifest string) {
+	f.t.Helper()
+	file := filepath.Join(f.t.TempDir(), "m.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	if out, err := f.kubectl("apply", "-n", f.ns, "-f", file); err != nil {
+		f.t.Fatalf("apply: %v\n%s", err, out)
+	}
+}
+
+func (f *fixture) getAR(name string) (*agentsv1alpha1.AgentRun, error) {
+	ar := &agentsv1alpha1.AgentRun{}
+	return ar, f.agents.Get().Namespace(f.ns).Resource("agentruns").Name(name).Do(context.Background()).Into(ar)
+}
+
+func (f *fixture) getOR(name string) (*orchv1alpha1.OrchestrationRun, error) {
+	or := &orchv1alpha1.OrchestrationRun{}
+	return or, f.orch.Get().Namespace(f.ns).Resource("orchestrationruns").Name(name).Do(context.Background()).Into(or)
+}
+
+// cancel sets spec.cancel with the seed's merge patch and returns the resourceVersion it made.
+func (f *fixture) cancel(resource, name string) int64 {
+	f.t.Helper()
+	c := f.agents
+	if resource == "orchestrationruns" {
+		c = f.orch
+	}
+	var out metav1.PartialObjectMetadata
+	raw, err := c.Patch("application/merge-patch+json").Namespace(f.ns).Resource(resource).Name(name).Body([]byte(`{"spec":{"cancel":true}}`)).Do(context.Background()).Raw()
+	if err != nil {
+		f.t.Fatalf("cancel %s %s: %v", resource, name, err)
+	}
+	if err := jsonUnmarshal(raw, &out); err != nil {
+		f.t.Fatal(err)
+	}
+	return rv(out.ResourceVersion)
+}
+
+// setARStatus plays run-controller for a standalone run: it writes the status directly.
+func (f *fixture) setARStatus(name string, st agentsv1alpha1.AgentRunStatus) {
+	f.t.Helper()
+	testenv.Eventually(f.t, 10*time.Second, "write "+name+"'s status", func() error {
+		ar, err := f.getAR(name)
+		if err != nil {
+			return err
+		}
+		ar.Status = st
+		ar.Status.ObservedGeneration = ar.Generation
+		return f.agents.Put().Namespace(f.ns).Resource("agentruns").Name(name).SubResource("status").Body(ar).Do(context.Background()).Error()
+	})
+}
+
+// job creates a Job the way run-controller does, owned by the run.
+func (f *fixture) job(name string, ar *agentsv1alpha1.AgentRun) *batchv1.Job {
+	f.t.Helper()
+	j, err := env.Client.BatchV1().Jobs(f.ns).Create(context.Background(), &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Name: ar.Name, UID: ar.UID, Controller: ptr.To(true)}}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+// pod creates a running pod of the Job; with a finalizer it outlives its deletion until released.
+func (f *fixture) pod(name string, j *batchv1.Job, finalizer string) {
+	f.t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController,
+			batchv1.ControllerUidLabel: string(j.UID)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}
+	if finalizer != "" {
+		pod.Finalizers = []string{finalizer}
+	}
+	if _, err := env.Client.CoreV1().Pods(f.ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) releasePod(name string) {
+	f.t.Helper()
+	if _, err := env.Client.CoreV1().Pods(f.ns).Patch(context.Background(), name, "application/json-patch+json",
+		[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// events lists "<type>/<reason>" of the events about the object called name.
+func (f *fixture) events(name string) []string {
+	f.t.Helper()
+	l, err := env.Client.EventsV1().Events(f.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "regarding.name=" + name})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range l.Items {
+		out = append(out, e.Type+"/"+e.Reason)
+	}
+	return out
+}
+
+func (f *fixture) metric(name string, labels ...string) float64 {
+	f.t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !hasLabel(m, labels[i], labels[i+1]) {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				total += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return total
+}
+
+func hasLabel(m *dto.Metric, k, v string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == k && l.GetValue() == v {
+			return true
+		}
+	}
+	return false
+}
+
+func condOf(conds []metav1.Condition) string {
+	c := meta.FindStatusCondition(conds, CondCancelled)
+	if c == nil {
+		return "none"
+	}
+	return string(c.Status) + "/" + c.Reason
+}
+
+func gone(err error) bool { return apierrors.IsNotFound(err) }
+
+func contains(list []string, s string) bool { return strings.Contains(strings.Join(list, ","), s) }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func rv(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// applyCluster applies cluster-scoped objects (a CRD) and waits until they are established.
+func (f *fixture) applyCluster(manifest string) {
+	f.t.Helper()
+	file := filepath.Join(f.t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	if out, err := f.kubectl("apply", "-f", file); err != nil {
+		f.t.Fatalf("apply: %v\n%s", err, out)
+	}
+	if out, err := f.kubectl("wait", "--for", "condition=Established", "--timeout", "30s", "-f", file); err != nil {
+		f.t.Fatalf("wait: %v\n%s", err, out)
+	}
+}
+
+// releaseWorkflow removes the test's finalizer from a Workflow, as Argo's controller would once stopped.
+func (f *fixture) releaseWorkflow(name string) {
+	f.t.Helper()
+	_, err := dynamic.NewForConfigOrDie(env.Config).Resource(WorkflowGVR).Namespace(f.ns).Patch(context.Background(), name,
+		"application/json-patch+json", []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// finishJob plays the Job controller: the Job completes.
+func (f *fixture) finishJob(name string) {
+	f.t.Helper()
+	ctx := context.Background()
+	testenv.Eventually(f.t, 10*time.Second, "finish Job "+name, func() error {
+		j, err := env.Client.BatchV1().Jobs(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		start := metav1.NewTime(now.Add(-time.Second))
+		j.Status = batchv1.JobStatus{StartTime: &start, CompletionTime: &now, Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0),
+			UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
+				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
+			}}
+		_, err = env.Client.BatchV1().Jobs(f.ns).UpdateStatus(ctx, j, metav1.UpdateOptions{})
+		return err
+	})
+}
