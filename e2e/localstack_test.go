@@ -184,7 +184,12 @@ func TestLocalControlPlane(t *testing.T) {
 
 	t.Run("agentctl cancel --wait stops a run and says what it stopped", func(t *testing.T) {
 		agentctl := binPath(t, "agentctl")
-		out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "long", "--wait", "--timeout", "2m")
+		// Its pod takes a moment to stop: a wait this short times out, with a non-zero exit.
+		out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "long", "--wait", "--timeout", "1ms")
+		if err == nil || !strings.Contains(out, "agentrun/long is not finished after 1ms") {
+			t.Errorf("a wait that times out: %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "long", "--wait", "--timeout", "2m")
 		if err != nil || !strings.Contains(out, "agentrun/long Cancelled: cancelled; stopped 1 Job(s)") {
 			t.Fatalf("agentctl cancel --wait: %v\n%s", err, out)
 		}

@@ -34,6 +34,11 @@ type Client struct {
 	o    Options
 }
 
+// Writer is what a controller needs of status-writer; *Client is one, and tests may use another.
+type Writer interface {
+	Write(ctx context.Context, req *pb.WriteStatusRequest) (*pb.WriteStatusResponse, error)
+}
+
 // New connects (lazily) to status-writer at target, for example "status-writer:50051".
 func New(target, caller string, o Options) (*Client, error) {
 	if o.AttemptTimeout <= 0 {

@@ -47,11 +47,13 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/redact"
+	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
@@ -61,24 +63,14 @@ const CondCancelled = orchv1alpha1.ConditionCancelled
 // WorkflowGVR is Argo's Workflow, stopped when its CRD is served.
 var WorkflowGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "workflows"}
 
-// StatusWriter writes status through status-writer (libs/statusclient).
-type StatusWriter interface {
-	Write(ctx context.Context, req *pb.WriteStatusRequest) (*pb.WriteStatusResponse, error)
-}
-
-// EventEmitter emits events through event-emitter (libs/eventclient).
-type EventEmitter interface {
-	Emit(ctx context.Context, req *pb.EmitRequest) (*pb.EmitResponse, error)
-}
-
 // Deps are what cancel-propagator talks to. Registry may be nil; Dynamic may be nil (then Argo
 // Workflows are not looked for).
 type Deps struct {
 	Kube     kubernetes.Interface
 	Dynamic  dynamic.Interface
 	REST     *rest.Config
-	Status   StatusWriter
-	Events   EventEmitter
+	Status   statusclient.Writer
+	Events   eventclient.Emitter
 	Registry prometheus.Registerer
 	Now      func() time.Time
 }

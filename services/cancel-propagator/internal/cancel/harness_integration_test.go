@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,37 +50,13 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
-	redis, err := testenv.StartRedis()
+	w, err := testenv.StartWriters(env, "run-controller", "cancel-propagator")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer redis.Close()
-	if binDir, err = os.MkdirTemp("", "cancel-it-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
-	for _, name := range []string{"status-writer", "event-emitter", "run-controller", "cancel-propagator"} {
-		if _, err := testenv.BuildService(binDir, name); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	common := []string{"KUBECONFIG=" + env.Kubeconfig, "POD_NAMESPACE=default"}
-	sw, err := testenv.StartService(binDir+"/status-writer", binDir, common...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer sw.Stop()
-	ev, err := testenv.StartService(binDir+"/event-emitter", binDir, append(common, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer ev.Stop()
-	swAddr, evAddr = sw.GRPCAddr, ev.GRPCAddr
+	defer w.Stop()
+	binDir, swAddr, evAddr = w.BinDir, w.StatusAddr, w.EventsAddr
 	return m.Run()
 }
 
@@ -280,40 +255,7 @@ func (f *fixture) events(name string) []string {
 
 func (f *fixture) metric(name string, labels ...string) float64 {
 	f.t.Helper()
-	families, err := f.reg.Gather()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
-					continue next
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				total += m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				total += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return total
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == k && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
+	return testenv.Metric(f.t, f.reg, name, labels...)
 }
 
 func condOf(conds []metav1.Condition) string {
@@ -363,20 +305,5 @@ func (f *fixture) releaseWorkflow(name string) {
 // finishJob plays the Job controller: the Job completes.
 func (f *fixture) finishJob(name string) {
 	f.t.Helper()
-	ctx := context.Background()
-	testenv.Eventually(f.t, 10*time.Second, "finish Job "+name, func() error {
-		j, err := env.Client.BatchV1().Jobs(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		start := metav1.NewTime(now.Add(-time.Second))
-		j.Status = batchv1.JobStatus{StartTime: &start, CompletionTime: &now, Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0),
-			UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
-				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
-				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
-			}}
-		_, err = env.Client.BatchV1().Jobs(f.ns).UpdateStatus(ctx, j, metav1.UpdateOptions{})
-		return err
-	})
+	testenv.FinishJob(f.t, env.Client, f.ns, name, true)
 }

@@ -5,17 +5,13 @@ package service
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/leader"
-	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
 )
 
@@ -28,41 +24,28 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	}
 	env := config.FromOS()
 	cfg, err := cancel.LoadConfig(env, ns)
-	statusAddr := env.String("JANGAR_STATUS_WRITER_ADDR", "127.0.0.1:50052")
-	eventsAddr := env.String("JANGAR_EVENT_EMITTER_ADDR", "127.0.0.1:50053")
 	if err != nil {
 		return err
 	}
-	rc, err := kube.ForService(rt.Config)
+	c, err := backends.Dial(rt, env, nil)
 	if err != nil {
 		return err
 	}
-	kc, err := kubernetes.NewForConfig(rc)
+	dyn, err := dynamic.NewForConfig(c.REST)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
+		c.Close()
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	sw, err := statusclient.New(statusAddr, rt.Config.Name, statusclient.Options{})
+	p, err := cancel.New(cfg, cancel.Deps{Kube: c.Kube, Dynamic: dyn, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
 	if err != nil {
+		c.Close()
 		return err
 	}
-	ev, err := eventclient.New(eventsAddr, rt.Config.Name, rt.Config.Identity, eventclient.Options{RetryFor: 5 * time.Second, AttemptTimeout: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	p, err := cancel.New(cfg, cancel.Deps{Kube: kc, Dynamic: dyn, REST: rc, Status: sw, Events: ev, Registry: rt.Registry})
-	if err != nil {
-		return err
-	}
-	rt.Logger.Info("cancel-propagator configured", "namespaces", ns, "statusWriter", statusAddr, "eventEmitter", eventsAddr,
+	rt.Logger.Info("cancel-propagator configured", "namespaces", ns, "statusWriter", c.StatusAddr, "eventEmitter", c.EventsAddr,
 		"enabled", cfg.Enabled, "timeout", cfg.Timeout)
 	rt.Go("cancel-propagator", func(ctx context.Context) error {
-		defer sw.Close()
-		defer ev.Close()
-		return leader.RunService(ctx, rt.Config, kc, p.Run)
+		defer c.Close()
+		return leader.RunService(ctx, rt.Config, c.Kube, p.Run)
 	})
 	return nil
 }

@@ -45,11 +45,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/redact"
+	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
@@ -63,22 +65,12 @@ const (
 // outcome was recorded (reason WorkflowJobMissing), and clears (reason JobFound) if it is back.
 const CondJobMissing = "JobMissing"
 
-// StatusWriter writes status through status-writer (libs/statusclient).
-type StatusWriter interface {
-	Write(ctx context.Context, req *pb.WriteStatusRequest) (*pb.WriteStatusResponse, error)
-}
-
-// EventEmitter emits events through event-emitter (libs/eventclient).
-type EventEmitter interface {
-	Emit(ctx context.Context, req *pb.EmitRequest) (*pb.EmitResponse, error)
-}
-
 // Deps are what job-gc talks to. Registry may be nil.
 type Deps struct {
 	Kube     kubernetes.Interface
 	REST     *rest.Config
-	Status   StatusWriter
-	Events   EventEmitter
+	Status   statusclient.Writer
+	Events   eventclient.Emitter
 	Registry prometheus.Registerer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,38 +45,13 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
-	redis, err := testenv.StartRedis()
+	w, err := testenv.StartWriters(env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer redis.Close()
-	binDir, err := os.MkdirTemp("", "job-gc-it-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
-	for _, name := range []string{"status-writer", "event-emitter"} {
-		if _, err := testenv.BuildService(binDir, name); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	common := []string{"KUBECONFIG=" + env.Kubeconfig, "POD_NAMESPACE=default"}
-	sw, err := testenv.StartService(binDir+"/status-writer", binDir, common...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer sw.Stop()
-	ev, err := testenv.StartService(binDir+"/event-emitter", binDir, append(common, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer ev.Stop()
-	swAddr, evAddr = sw.GRPCAddr, ev.GRPCAddr
+	defer w.Stop()
+	swAddr, evAddr = w.StatusAddr, w.EventsAddr
 	return m.Run()
 }
 
@@ -168,22 +142,7 @@ func (f *fixture) setStatus(ar *agentsv1alpha1.AgentRun, st agentsv1alpha1.Agent
 // finishJob plays the Job controller: the Job completes.
 func (f *fixture) finishJob(name string) {
 	f.t.Helper()
-	ctx := context.Background()
-	testenv.Eventually(f.t, 10*time.Second, "finish Job "+name, func() error {
-		j, err := env.Client.BatchV1().Jobs(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		start := metav1.NewTime(now.Add(-time.Second))
-		j.Status = batchv1.JobStatus{StartTime: &start, CompletionTime: &now, Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0),
-			UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{}, Conditions: []batchv1.JobCondition{
-				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
-				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
-			}}
-		_, err = env.Client.BatchV1().Jobs(f.ns).UpdateStatus(ctx, j, metav1.UpdateOptions{})
-		return err
-	})
+	testenv.FinishJob(f.t, env.Client, f.ns, name, true)
 }
 
 func (f *fixture) getRun(name string) (*agentsv1alpha1.AgentRun, error) {
@@ -244,37 +203,7 @@ func (f *fixture) events(name string) []string {
 // metric reads a counter or gauge (with the given labels) from job-gc's registry.
 func (f *fixture) metric(name string, labels ...string) float64 {
 	f.t.Helper()
-	families, err := f.reg.Gather()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
-					continue next
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == k && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
+	return testenv.Metric(f.t, f.reg, name, labels...)
 }
 
 func finished(phase string) agentsv1alpha1.AgentRunStatus {

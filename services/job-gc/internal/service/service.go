@@ -4,17 +4,11 @@ package service
 
 import (
 	"context"
-	"fmt"
-	"time"
-
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/leader"
-	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/job-gc/internal/gc"
 )
 
@@ -27,37 +21,23 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	}
 	env := config.FromOS()
 	cfg, err := gc.LoadConfig(env, ns)
-	statusAddr := env.String("JANGAR_STATUS_WRITER_ADDR", "127.0.0.1:50052")
-	eventsAddr := env.String("JANGAR_EVENT_EMITTER_ADDR", "127.0.0.1:50053")
 	if err != nil {
 		return err
 	}
-	rc, err := kube.ForService(rt.Config)
+	c, err := backends.Dial(rt, env, nil)
 	if err != nil {
 		return err
 	}
-	kc, err := kubernetes.NewForConfig(rc)
+	g, err := gc.New(cfg, gc.Deps{Kube: c.Kube, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	sw, err := statusclient.New(statusAddr, rt.Config.Name, statusclient.Options{})
-	if err != nil {
+		c.Close()
 		return err
 	}
-	ev, err := eventclient.New(eventsAddr, rt.Config.Name, rt.Config.Identity, eventclient.Options{RetryFor: 5 * time.Second, AttemptTimeout: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	g, err := gc.New(cfg, gc.Deps{Kube: kc, REST: rc, Status: sw, Events: ev, Registry: rt.Registry})
-	if err != nil {
-		return err
-	}
-	rt.Logger.Info("job-gc configured", "namespaces", ns, "statusWriter", statusAddr, "eventEmitter", eventsAddr,
+	rt.Logger.Info("job-gc configured", "namespaces", ns, "statusWriter", c.StatusAddr, "eventEmitter", c.EventsAddr,
 		"agentRunRetention", cfg.Retention, "missingJobGrace", cfg.MissingGrace, "holdWarning", cfg.HoldWarning)
 	rt.Go("job-gc", func(ctx context.Context) error {
-		defer sw.Close()
-		defer ev.Close()
-		return leader.RunService(ctx, rt.Config, kc, g.Run)
+		defer c.Close()
+		return leader.RunService(ctx, rt.Config, c.Kube, g.Run)
 	})
 	return nil
 }

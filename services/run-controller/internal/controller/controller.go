@@ -33,20 +33,11 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
-	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+	"github.com/agentplane/agentplane/libs/statusclient"
 )
-
-// StatusWriter writes status through status-writer (libs/statusclient).
-type StatusWriter interface {
-	Write(ctx context.Context, req *pb.WriteStatusRequest) (*pb.WriteStatusResponse, error)
-}
-
-// EventEmitter emits events through event-emitter (libs/eventclient).
-type EventEmitter interface {
-	Emit(ctx context.Context, req *pb.EmitRequest) (*pb.EmitResponse, error)
-}
 
 // Deps are what the controller talks to.
 type Deps struct {
@@ -54,8 +45,8 @@ type Deps struct {
 	Metadata metadata.Interface
 	// REST is the API server's configuration; typed clients for the agentplane groups are built from it.
 	REST    *rest.Config
-	Status  StatusWriter
-	Events  EventEmitter
+	Status  statusclient.Writer
+	Events  eventclient.Emitter
 	Metrics *Metrics
 }
 

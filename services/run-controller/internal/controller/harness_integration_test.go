@@ -50,37 +50,13 @@ func runMain(m *testing.M) int {
 	}
 	defer env.Stop()
 	kc = env.Client
-	redis, err := testenv.StartRedis()
+	w, err := testenv.StartWriters(env, "run-controller")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer redis.Close()
-	if binDir, err = os.MkdirTemp("", "run-controller-it-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
-	for _, name := range []string{"status-writer", "event-emitter", "run-controller"} {
-		if _, err := testenv.BuildService(binDir, name); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	common := []string{"KUBECONFIG=" + env.Kubeconfig, "POD_NAMESPACE=default"}
-	sw, err := testenv.StartService(binDir+"/status-writer", binDir, common...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer sw.Stop()
-	ev, err := testenv.StartService(binDir+"/event-emitter", binDir, append(common, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer ev.Stop()
-	swAddr, evAddr = sw.GRPCAddr, ev.GRPCAddr
+	defer w.Stop()
+	binDir, swAddr, evAddr = w.BinDir, w.StatusAddr, w.EventsAddr
 	return m.Run()
 }
 
@@ -251,36 +227,7 @@ func fakePodRunning(t *testing.T, j *batchv1.Job) {
 // finishJob sets a Job's final conditions as the Job controller does.
 func finishJob(t *testing.T, ns, name string, succeed bool) {
 	t.Helper()
-	ctx := context.Background()
-	testenv.Eventually(t, 10*time.Second, "finish Job "+name, func() error {
-		j, err := kc.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		start := metav1.NewTime(now.Add(-time.Second))
-		j.Status.StartTime = &start
-		j.Status.Active = 0
-		j.Status.Ready = ptr.To[int32](0)
-		j.Status.Terminating = ptr.To[int32](0)
-		j.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{}
-		if succeed {
-			j.Status.Succeeded = 1
-			j.Status.CompletionTime = &now
-			j.Status.Conditions = []batchv1.JobCondition{
-				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
-				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "CompletionsReached"},
-			}
-		} else {
-			j.Status.Failed = 1
-			j.Status.Conditions = []batchv1.JobCondition{
-				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"},
-				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"},
-			}
-		}
-		_, err = kc.BatchV1().Jobs(ns).UpdateStatus(ctx, j, metav1.UpdateOptions{})
-		return err
-	})
+	testenv.FinishJob(t, kc, ns, name, succeed)
 }
 
 // eventsFor lists the events about an object (events.k8s.io/v1, as event-emitter writes them).

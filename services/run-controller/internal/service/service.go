@@ -5,18 +5,16 @@ package service
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/leader"
-	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/run-controller/internal/controller"
 )
 
@@ -25,12 +23,6 @@ import (
 func Setup(_ context.Context, rt *app.Runtime) error {
 	env := config.FromOS()
 	cfg, err := controller.LoadConfig(env, rt.Config)
-	if err != nil {
-		return err
-	}
-	statusAddr := env.String("JANGAR_STATUS_WRITER_ADDR", "127.0.0.1:50052")
-	eventsAddr := env.String("JANGAR_EVENT_EMITTER_ADDR", "127.0.0.1:50053")
-	rc, err := kube.ForService(rt.Config)
 	if err != nil {
 		return err
 	}
@@ -44,37 +36,27 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	})
 	ttl.Set(float64(cfg.JobTTLSeconds))
 	rt.Registry.MustRegister(requests, ttl)
-	kube.CountRequests(rc, requests)
-	kc, err := kubernetes.NewForConfig(rc)
+	c, err := backends.Dial(rt, env, func(rc *rest.Config) { kube.CountRequests(rc, requests) })
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return err
 	}
-	md, err := metadata.NewForConfig(rc)
+	md, err := metadata.NewForConfig(c.REST)
 	if err != nil {
+		c.Close()
 		return fmt.Errorf("metadata client: %w", err)
 	}
-	sw, err := statusclient.New(statusAddr, rt.Config.Name, statusclient.Options{})
-	if err != nil {
-		return err
-	}
-	// Events never hold a reconcile for long: a few seconds of retries, then the event is dropped
-	// (and logged).
-	ev, err := eventclient.New(eventsAddr, rt.Config.Name, rt.Config.Identity, eventclient.Options{RetryFor: 5 * time.Second, AttemptTimeout: 2 * time.Second})
-	if err != nil {
-		return err
-	}
 	ctl, err := controller.New(cfg, controller.Deps{
-		Kube: kc, Metadata: md, REST: rc, Status: sw, Events: ev, Metrics: controller.NewMetrics(rt.Registry),
+		Kube: c.Kube, Metadata: md, REST: c.REST, Status: c.Status, Events: c.Events, Metrics: controller.NewMetrics(rt.Registry),
 	})
 	if err != nil {
+		c.Close()
 		return err
 	}
-	rt.Logger.Info("run-controller configured", "namespaces", cfg.Namespaces, "statusWriter", statusAddr,
-		"eventEmitter", eventsAddr, "jobTTLSeconds", cfg.JobTTLSeconds, "leaderElection", rt.Config.LeaderElection)
+	rt.Logger.Info("run-controller configured", "namespaces", cfg.Namespaces, "statusWriter", c.StatusAddr,
+		"eventEmitter", c.EventsAddr, "jobTTLSeconds", cfg.JobTTLSeconds, "leaderElection", rt.Config.LeaderElection)
 	rt.Go("controller", func(ctx context.Context) error {
-		defer sw.Close()
-		defer ev.Close()
-		return leader.RunService(ctx, rt.Config, kc, ctl.Run)
+		defer c.Close()
+		return leader.RunService(ctx, rt.Config, c.Kube, ctl.Run)
 	})
 	return nil
 }

@@ -1,0 +1,70 @@
+// Package backends dials what agentplane's controllers (run-controller, job-gc,
+// cancel-propagator) talk to: the API server, status-writer (JANGAR_STATUS_WRITER_ADDR) and
+// event-emitter (JANGAR_EVENT_EMITTER_ADDR).
+package backends
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/eventclient"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/statusclient"
+)
+
+// The variables, by name, and their defaults (the local control plane's ports).
+const (
+	EnvStatusWriterAddr = "JANGAR_STATUS_WRITER_ADDR"
+	EnvEventEmitterAddr = "JANGAR_EVENT_EMITTER_ADDR"
+)
+
+// Clients are a controller's connections.
+type Clients struct {
+	REST                   *rest.Config
+	Kube                   kubernetes.Interface
+	Status                 *statusclient.Client
+	Events                 *eventclient.Client
+	StatusAddr, EventsAddr string
+}
+
+// Dial builds the clients of the service rt. instrument, if not nil, sees the API server
+// configuration before any client is built from it (to count requests, say). Events never hold
+// a reconcile for long: a few seconds of retries, then the event is dropped (and logged).
+func Dial(rt *app.Runtime, env *config.Env, instrument func(*rest.Config)) (*Clients, error) {
+	c := &Clients{
+		StatusAddr: env.String(EnvStatusWriterAddr, "127.0.0.1:50052"),
+		EventsAddr: env.String(EnvEventEmitterAddr, "127.0.0.1:50053"),
+	}
+	rc, err := kube.ForService(rt.Config)
+	if err != nil {
+		return nil, err
+	}
+	if instrument != nil {
+		instrument(rc)
+	}
+	c.REST = rc
+	if c.Kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if c.Status, err = statusclient.New(c.StatusAddr, rt.Config.Name, statusclient.Options{}); err != nil {
+		return nil, err
+	}
+	c.Events, err = eventclient.New(c.EventsAddr, rt.Config.Name, rt.Config.Identity,
+		eventclient.Options{RetryFor: 5 * time.Second, AttemptTimeout: 2 * time.Second})
+	if err != nil {
+		_ = c.Status.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the gRPC connections.
+func (c *Clients) Close() {
+	_ = c.Status.Close()
+	_ = c.Events.Close()
+}
