@@ -84,7 +84,15 @@ func (c *Controller) reconcileOrchestrationRun(ctx context.Context, ns, name str
 			if !ready {
 				continue
 			}
-			ar, err := c.createChild(ctx, or, s)
+			ar, err := c.createChild(ctx, or, s, func(starting orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus {
+				steps, _, _ := stepStatuses(orch, children, failed)
+				for i := range steps {
+					if steps[i].Name == starting.Name {
+						steps[i] = starting
+					}
+				}
+				return steps
+			})
 			if err != nil || ar == nil { // nil: the run was cancelled meanwhile
 				return result{}, err
 			}
@@ -92,28 +100,7 @@ func (c *Controller) reconcileOrchestrationRun(ctx context.Context, ns, name str
 		}
 	}
 	// Aggregate.
-	var statuses []orchv1alpha1.StepStatus
-	allDone, anyRan := true, false
-	for _, s := range orch.Spec.Steps {
-		st := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending}
-		if ar := children[s.Name]; ar != nil {
-			st.Phase = phaseOf(s.Name)
-			st.Message = ar.Status.Message
-			st.StartedAt, st.FinishedAt = ar.Status.StartedAt, ar.Status.FinishedAt
-			st.ResourceRef = &orchv1alpha1.ResourceRef{APIVersion: agentsGV.String(), Kind: "AgentRun", Name: ar.Name, Namespace: ar.Namespace, UID: string(ar.UID)}
-			if st.Phase != agentsv1alpha1.PhasePending {
-				anyRan = true
-			}
-		} else if len(failed) > 0 {
-			st.Message = "not started: step " + failed[0] + " failed"
-		} else {
-			st.Message = "waiting for " + strings.Join(s.DependsOn, ", ")
-		}
-		if st.Phase != agentsv1alpha1.PhaseSucceeded {
-			allDone = false
-		}
-		statuses = append(statuses, st)
-	}
+	statuses, allDone, anyRan := stepStatuses(orch, children, failed)
 	phase, reason, message := agentsv1alpha1.PhasePending, "Waiting", "no step has started running yet"
 	conds := []cond{}
 	switch {
@@ -161,7 +148,8 @@ func childName(or *orchv1alpha1.OrchestrationRun, step string) string {
 }
 
 // createChild creates a step's AgentRun, owned by the OrchestrationRun.
-func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.OrchestrationRun, s orchv1alpha1.OrchestrationStep) (*agentsv1alpha1.AgentRun, error) {
+func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.OrchestrationRun, s orchv1alpha1.OrchestrationStep,
+	withStarting func(orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus) (*agentsv1alpha1.AgentRun, error) {
 	params := maps.Clone(or.Spec.Parameters)
 	if params == nil {
 		params = map[string]string{}
@@ -204,17 +192,7 @@ func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 	}
 	// A start claim on the run, recording the step as starting: refused once the cancel is in,
 	// even if the cache has not seen it, so no step starts after a cancel.
-	steps := append([]orchv1alpha1.StepStatus(nil), or.Status.StepStatuses...)
-	starting := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending, Message: "starting: creating AgentRun " + ar.Name}
-	found := false
-	for i := range steps {
-		if steps[i].Name == s.Name {
-			steps[i], found = starting, true
-		}
-	}
-	if !found {
-		steps = append(steps, starting)
-	}
+	steps := withStarting(orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending, Message: "starting: creating AgentRun " + ar.Name})
 	if granted, err := c.claim(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), map[string]any{"stepStatuses": steps}); err != nil || !granted {
 		return nil, err
 	}
@@ -326,4 +304,35 @@ func topoOrder(steps []orchv1alpha1.OrchestrationStep) ([]orchv1alpha1.Orchestra
 		return nil, fmt.Errorf("dependsOn has a cycle among steps %s", strings.Join(cyc, ", "))
 	}
 	return order, nil
+}
+
+// stepStatuses is what the run's stepStatuses say of its children: each step's phase, message,
+// times and AgentRun, or why it has not started; and whether all succeeded, and any ran.
+func stepStatuses(orch *orchv1alpha1.Orchestration, children map[string]*agentsv1alpha1.AgentRun, failed []string) ([]orchv1alpha1.StepStatus, bool, bool) {
+	var statuses []orchv1alpha1.StepStatus
+	allDone, anyRan := true, false
+	for _, s := range orch.Spec.Steps {
+		st := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending}
+		if ar := children[s.Name]; ar != nil {
+			st.Phase = ar.Status.Phase
+			if st.Phase == "" {
+				st.Phase = agentsv1alpha1.PhasePending
+			}
+			st.Message = ar.Status.Message
+			st.StartedAt, st.FinishedAt = ar.Status.StartedAt, ar.Status.FinishedAt
+			st.ResourceRef = &orchv1alpha1.ResourceRef{APIVersion: agentsGV.String(), Kind: "AgentRun", Name: ar.Name, Namespace: ar.Namespace, UID: string(ar.UID)}
+			if st.Phase != agentsv1alpha1.PhasePending {
+				anyRan = true
+			}
+		} else if len(failed) > 0 {
+			st.Message = "not started: step " + failed[0] + " failed"
+		} else {
+			st.Message = "waiting for " + strings.Join(s.DependsOn, ", ")
+		}
+		if st.Phase != agentsv1alpha1.PhaseSucceeded {
+			allDone = false
+		}
+		statuses = append(statuses, st)
+	}
+	return statuses, allDone, anyRan
 }

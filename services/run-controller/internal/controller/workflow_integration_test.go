@@ -216,9 +216,13 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 		}
 		return nil
 	})
-	if got := getOrchRun(t, ns, "dia"); got.Status.Phase != agentsv1alpha1.PhaseRunning || got.Status.StartedAt == nil {
-		t.Errorf("orchestration run %+v", got.Status)
-	}
+	// The run's status follows its children (written after they are created).
+	testenv.Eventually(t, 20*time.Second, "the run Running", func() error {
+		if got := getOrchRun(t, ns, "dia"); got.Status.Phase != agentsv1alpha1.PhaseRunning || got.Status.StartedAt == nil {
+			return fmt.Errorf("orchestration run %+v", got.Status)
+		}
+		return nil
+	})
 	finishStep(t, ns, "dia", "b", true)
 	time.Sleep(500 * time.Millisecond)
 	if childExists(t, ns, "dia-d") {
