@@ -167,12 +167,12 @@ tidy: ## go mod tidy in every module.
 test: deps tools test-unit test-integration test-e2e test-fuzz ## Run every test: unit, integration (real kube-apiserver + Redis) and e2e (local stack + containers).
 
 .PHONY: test-unit
-test-unit: ## Unit tests (no external parts).
-	go test -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
+test-unit: ## Unit tests (no external parts), under the race detector.
+	CGO_ENABLED=1 go test -race -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-integration
-test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server.
-	go test -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
+test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server, under the race detector (the services they start too).
+	CGO_ENABLED=1 go test -race -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-e2e
 test-e2e: tools build ## End-to-end: the local control plane (Jobs complete, TTL deletes them) and service containers via testcontainers.

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages agentplane's tests and local stack use: redis-server (Redis for
-# event-emitter and the tests) and openssl (keys for the local kube-apiserver).
+# event-emitter and the tests), openssl (keys for the local kube-apiserver), curl, and gcc (the
+# race detector, which `make test` runs the unit and integration tiers under, needs cgo).
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,7 @@ type Config struct {
 // return when its context ends; it is cancelled when leadership is lost. The lease is released
 // on shutdown so another replica takes over at once. Run returns nil when ctx ends, and an
 // error when leadership was lost while ctx was still live, so the process restarts cleanly
-// rather than acting without the lease.
+// rather than acting without the lease. It returns only once lead has returned.
 func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(ctx context.Context)) error {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = 15 * time.Second
@@ -50,6 +51,13 @@ func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(c
 	}
 	log := logging.FromContext(ctx).With("lease", c.Namespace+"/"+c.Name, "identity", c.Identity)
 	lost := false
+	// client-go starts OnStartedLeading in a goroutine and does not wait for it: Run does, so
+	// that lead has returned (and what it wrote is visible) when Run returns.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		leading sync.WaitGroup
+	)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   c.LeaseDuration,
@@ -59,6 +67,14 @@ func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(c
 		Name:            c.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
+				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					return
+				}
+				leading.Add(1)
+				mu.Unlock()
+				defer leading.Done()
 				log.Info("started leading")
 				lead(ctx)
 			},
@@ -74,6 +90,10 @@ func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(c
 		return fmt.Errorf("leader election %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	le.Run(ctx)
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	leading.Wait()
 	if lost {
 		return fmt.Errorf("lost leadership of lease %s/%s", c.Namespace, c.Name)
 	}

@@ -88,3 +88,30 @@ func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 		t.Fatalf("%d candidates led at once", maxLeading.Load())
 	}
 }
+
+// Run returns only once the leader's work has returned, so what the work wrote is there to read
+// (RunService returns the work's error that way); client-go itself does not wait for it.
+func TestRunWaitsForTheLeadersWorkToReturn(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	var finished atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, env.Client, Config{Namespace: "default", Name: "wait-lock", Identity: "w",
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond},
+			func(ctx context.Context) {
+				close(leading)
+				<-ctx.Done()
+				time.Sleep(300 * time.Millisecond) // slow to wind down
+				finished.Store(true)
+			})
+	}()
+	<-leading
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !finished.Load() {
+		t.Fatal("Run returned while the leader's work was still running")
+	}
+}

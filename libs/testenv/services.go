@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,14 +16,19 @@ import (
 )
 
 // BuildService builds services/<name>/cmd/<name> from the checkout into dir and returns the
-// binary's path. The Go build cache makes a second build of the same code take a moment.
+// binary's path. The Go build cache makes a second build of the same code take a moment. Under
+// the race detector (go test -race) the service is built with it too.
 func BuildService(dir, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+	args := []string{"build", "-o", out}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/"+name)...)
 	cmd.Dir = filepath.Join(root, "services", name)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", name, err, b)
@@ -64,6 +70,10 @@ func StartService(bin, logDir string, env ...string) (*Service, error) {
 	cmd.Env = append(os.Environ(), "JANGAR_GRPC_HOST=127.0.0.1", "JANGAR_GRPC_PORT="+strconv.Itoa(gp),
 		"JANGAR_METRICS_ADDR="+s.MetricsAddr, "JANGAR_LOG_FORMAT=text")
 	cmd.Env = append(cmd.Env, env...)
+	if raceBuild {
+		// A data race stops the service at once with exit code 66; see below.
+		cmd.Env = append(cmd.Env, "GORACE=halt_on_error=1 exitcode=66")
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -71,7 +81,18 @@ func StartService(bin, logDir string, env ...string) (*Service, error) {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	s.cmd = cmd
-	go func() { _ = cmd.Wait(); f.Close(); close(s.done) }()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		var exit *exec.ExitError
+		if raceBuild && errors.As(err, &exit) && exit.ExitCode() == 66 {
+			// A race in a service the tests started fails the whole test binary, with the report.
+			b, _ := os.ReadFile(s.LogPath)
+			fmt.Fprintf(os.Stderr, "DATA RACE in %s (its log, %s):\n%s\n", name, s.LogPath, b)
+			os.Exit(66)
+		}
+		close(s.done)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
