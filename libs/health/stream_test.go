@@ -184,12 +184,41 @@ func TestSinksGetEveryLaterDeltaOnceAndInOrder(t *testing.T) {
 		}
 		r.mu.Unlock()
 	}
-	// Detached sinks get nothing more.
+	// Detached sinks get nothing more: more deltas go out, a witness attached after the detach
+	// receives them (dispatch is in order, so a detached sink still attached would have had
+	// them by then), and the detached sinks' counts have not moved.
 	for _, r := range rs {
 		h.Detach(r)
 	}
 	if h.Sinks() != 0 {
 		t.Fatalf("%d sinks after detaching all", h.Sinks())
+	}
+	before := make([]int, len(rs))
+	for i, r := range rs {
+		r.mu.Lock()
+		before[i] = len(r.got)
+		r.mu.Unlock()
+	}
+	witness := &recordingSink{done: make(chan struct{}), want: 1 + 3}
+	witness.mu.Lock()
+	first, _ := h.Attach("", false, witness)
+	witness.got = append(witness.got, first[0].Cursor)
+	witness.mu.Unlock()
+	for i := range 3 {
+		h.Update(items(statuses[i%2]))
+	}
+	select {
+	case <-witness.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the witness got %d of 4 events", len(witness.got))
+	}
+	for i, r := range rs {
+		r.mu.Lock()
+		n := len(r.got)
+		r.mu.Unlock()
+		if n != before[i] {
+			t.Fatalf("detached sink %d got %d more events", i, n-before[i])
+		}
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
@@ -51,38 +53,47 @@ func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
-	ctxA, cancelA := context.WithCancel(context.Background())
-	ctxB, cancelB := context.WithCancel(context.Background())
-	defer cancelB()
+	// Both campaign at once: either may win, and the Lease must name the one that leads.
+	ctxs := map[string]context.Context{}
+	cancels := map[string]context.CancelFunc{}
+	for _, id := range []string{"a", "b"} {
+		ctxs[id], cancels[id] = context.WithCancel(context.Background())
+		defer cancels[id]()
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go candidate(ctxA, "a", &wg)
+	go candidate(ctxs["a"], "a", &wg)
+	go candidate(ctxs["b"], "b", &wg)
 	first := <-started
-	go candidate(ctxB, "b", &wg)
-	// The second candidate must not lead while the first holds the lease.
+	second := map[string]string{"a": "b", "b": "a"}[first]
+	lease, err := env.Client.CoordinationV1().Leases("default").Get(context.Background(), "test-lock", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != first {
+		t.Fatalf("%s leads but the Lease names %v", first, lease.Spec.HolderIdentity)
+	}
+	// The other must not lead while the first holds the lease.
 	select {
 	case id := <-started:
 		t.Fatalf("%s started leading while %s held the lease", id, first)
 	case <-time.After(4 * time.Second):
 	}
-	if first != "a" {
-		t.Fatalf("first leader = %s, want a", first)
-	}
 	handover := time.Now()
-	cancelA()
+	cancels[first]()
 	select {
 	case id := <-started:
-		if id != "b" {
-			t.Fatalf("after a stopped, %s leads", id)
+		if id != second {
+			t.Fatalf("after %s stopped, %s leads", first, id)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("b never took over after a released the lease")
+		t.Fatalf("%s never took over after %s released the lease", second, first)
 	}
 	// ReleaseOnCancel hands over without waiting out the lease duration.
 	if d := time.Since(handover); d > 2500*time.Millisecond {
 		t.Errorf("handover took %s; the lease was not released on shutdown", d)
 	}
-	cancelB()
+	cancels[second]()
 	wg.Wait()
 	if maxLeading.Load() != 1 {
 		t.Fatalf("%d candidates led at once", maxLeading.Load())

@@ -85,7 +85,11 @@ func startInstance(t testing.TB, name string, cfg Config, lcfg limiter.Config) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = lim.Load(context.Background())
+	// The tests are about Redis-backed limits: an instance that fell back to in-process buckets
+	// at start would pass them for the wrong reason.
+	if err := lim.Load(context.Background()); err != nil {
+		t.Fatalf("load the limiter's script into Redis: %v", err)
+	}
 	cfg.DefaultInstance = name
 	e := New(kcs, dyn, lim, NewMetrics(nil), cfg)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -196,8 +196,15 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl: %v %s", err, errOut)
 	}
-	if f := strings.Fields(out); len(f) != 5 || f[0] != "1" || f[1] != "1" {
-		t.Fatalf("validation command printed %q, want five values", out)
+	// Each value is the one the writes recorded: generation 1, observedGeneration 1, startedAt
+	// from the Running write, finishedAt from the Succeeded write, updatedAt from the last write.
+	want := []string{"1", "1", running.StartedAt.UTC().Format(time.RFC3339), done.FinishedAt.UTC().Format(time.RFC3339),
+		done.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")}
+	if f := strings.Fields(out); len(f) != 5 || strings.Join(f, " ") != strings.Join(want, " ") {
+		t.Fatalf("validation command printed %q, want %q", out, strings.Join(want, " "))
+	}
+	if !running.StartedAt.Before(done.FinishedAt) {
+		t.Fatalf("startedAt %v is not before finishedAt %v", running.StartedAt, done.FinishedAt)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -257,7 +258,9 @@ func find(items []health.Item, component string) health.Status {
 }
 
 func TestHeartbeatsArriveOnTime(t *testing.T) {
-	st := startGateway(t, nil, time.Second, 100)
+	// The gateway's default is 10s: heartbeats a second apart can only come from the watch's
+	// own ?heartbeat=1s.
+	st := startGateway(t, nil, 10*time.Second, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := subscribe(t, ctx, st.url+"?heartbeat=1s", "")
@@ -421,6 +424,61 @@ func TestHTTP2StreamsToo(t *testing.T) {
 // TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown: an HTTP/1.1 watch is taken over from the
 // HTTP server (through the tracing wrapper the service puts around the handler); CloseStreams
 // ends it and frees its slot.
+// A watch over HTTP/1.1 holds no goroutine in the gateway: 50 open watches, read by a client
+// that itself runs no goroutine (raw TCP, read in the test), leave the process's goroutine count
+// where it was; a handler that blocked per watch would add at least 50.
+func TestOpenHTTP1WatchesAddNoGoroutine(t *testing.T) {
+	const watches = 50
+	hub := health.NewHub(64, 64)
+	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})
+	gw := NewGateway(hub, "default", 5*time.Minute, watches, nil)
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	defer gw.CloseStreams()
+	warm, err := net.Dial("tcp", srv.Listener.Addr().String()) // the server's accept loop is running
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	before := runtime.NumGoroutine()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range watches {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\n\r\n", StreamPath); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("read the stream: %v", err)
+			}
+			if strings.TrimSpace(line) == "event: snapshot" {
+				break
+			}
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "the watches detached", func() error {
+		if gw.DetachedStreams() != watches {
+			return fmt.Errorf("detached %d of %d", gw.DetachedStreams(), watches)
+		}
+		if grown := runtime.NumGoroutine() - before; grown >= watches/2 {
+			return fmt.Errorf("%d open watches added %d goroutines", watches, grown)
+		}
+		return nil
+	})
+}
+
 func TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown(t *testing.T) {
 	hub := health.NewHub(64, 64)
 	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,9 +181,13 @@ func TestMTLSRequiresAClientCertificateSignedByTheCA(t *testing.T) {
 	// SSE without a client certificate, or with one from another CA: the handshake refuses it.
 	for name, cert := range map[string]*tls.Certificate{"no client certificate": nil, "another CA's certificate": &p.stranger} {
 		c := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(cert)}, Timeout: 10 * time.Second}
-		if resp, err := c.Get(url); err == nil {
+		resp, err := c.Get(url)
+		if err == nil {
 			resp.Body.Close()
 			t.Fatalf("SSE with %s: %d, want a refused handshake", name, resp.StatusCode)
+		}
+		if !tlsRefusal(err) {
+			t.Fatalf("SSE with %s: %v, want the server's TLS alert refusing the client certificate", name, err)
 		}
 	}
 	// With one: the stream starts with a snapshot.
@@ -216,13 +221,41 @@ func TestMTLSRequiresAClientCertificateSignedByTheCA(t *testing.T) {
 		_, err = jangarv1.NewAgentctlServiceClient(conn).GetControlPlaneStatus(ctx, &jangarv1.GetControlPlaneStatusRequest{})
 		return err
 	}
-	if err := call(nil); err == nil {
-		t.Fatal("gRPC without a client certificate was served")
+	// The gRPC client retries and may report only a later broken pipe: the refusal itself is
+	// read on a plain TLS connection to the gRPC port (TLS 1.3 sends the alert after the
+	// client's side of the handshake, so it arrives on the first read).
+	alert := func(cert *tls.Certificate) error {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", grpcAddr, clientTLS(cert))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		return err
 	}
-	if err := call(&p.stranger); err == nil {
-		t.Fatal("gRPC with another CA's client certificate was served")
+	for name, cert := range map[string]*tls.Certificate{"no client certificate": nil, "another CA's certificate": &p.stranger} {
+		if err := alert(cert); err == nil || !tlsRefusal(err) {
+			t.Fatalf("gRPC port with %s: %v, want the server's TLS alert", name, err)
+		}
+		if err := call(cert); err == nil {
+			t.Fatalf("gRPC with %s was served", name)
+		}
 	}
 	if err := call(&p.client); err != nil {
 		t.Fatalf("gRPC with a client certificate: %v", err)
 	}
+}
+
+// tlsRefusal reports whether err is the server refusing the client's certificate during the
+// handshake (TLS 1.3 "certificate required", "bad certificate", or "unknown certificate
+// authority"), not some other failure such as a refused connection.
+func tlsRefusal(err error) bool {
+	msg := err.Error()
+	for _, alert := range []string{"certificate required", "bad certificate", "unknown certificate authority"} {
+		if strings.Contains(msg, alert) {
+			return true
+		}
+	}
+	return false
 }
