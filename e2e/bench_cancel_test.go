@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,36 +101,25 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	for round := range b.N {
 		// Baseline: 100 running Jobs deleted directly.
 		sel := fmt.Sprintf("bench=direct-%d", round)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("direct-%d-%03d", round, i), Labels: map[string]string{"bench": fmt.Sprintf("direct-%d", round)}},
-					Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"bench": fmt.Sprintf("direct-%d", round)}, Annotations: ann},
-						Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
-							Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/agents/bench:1"}}}}},
-				}, metav1.CreateOptions{})
-				if err != nil {
-					b.Error(err)
-				}
-			})
-		}
-		wg.Wait()
+		parallel(b, n, 32, func(i int) error {
+			_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("direct-%d-%03d", round, i), Labels: map[string]string{"bench": fmt.Sprintf("direct-%d", round)}},
+				Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"bench": fmt.Sprintf("direct-%d", round)}, Annotations: ann},
+					Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+						Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/agents/bench:1"}}}}},
+			}, metav1.CreateOptions{})
+			return err
+		})
 		waitFor("direct pods Running", func() bool { return count(sel, true) >= n })
 		start := time.Now()
 		l, err := kc.BatchV1().Jobs("agents").List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, j := range l.Items {
-			wg.Go(func() {
-				if err := kc.BatchV1().Jobs("agents").Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
-					b.Error(err)
-				}
-			})
-		}
-		wg.Wait()
+		parallel(b, len(l.Items), 32, func(i int) error {
+			return kc.BatchV1().Jobs("agents").Delete(ctx, l.Items[i].Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		})
 		waitFor("direct Jobs and pods gone", func() bool { return count(sel, false) == 0 })
 		direct += time.Since(start)
 

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,27 +65,6 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	parallel := func(n int, fn func(i int) error) {
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		sem := make(chan struct{}, 32)
-		for i := range n {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := fn(i); err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-	}
 	waitUntil := func(what string, done func() (int, error)) {
 		deadline := time.Now().Add(10 * time.Minute)
 		for {
@@ -104,7 +82,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 
 	// Baseline: the same Jobs, created directly.
 	start := time.Now()
-	parallel(runs, func(i int) error {
+	parallel(b, runs, 32, func(i int) error {
 		_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("direct-%04d", i), Labels: map[string]string{"bench": "direct"}},
 			Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
@@ -144,7 +122,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	runsRes := dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agentruns"}).Namespace("agents")
 	b.ResetTimer()
 	start = time.Now()
-	parallel(runs, func(i int) error {
+	parallel(b, runs, 32, func(i int) error {
 		_, err := runsRes.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun",
 			"metadata": map[string]any{"name": fmt.Sprintf("run-%04d", i), "annotations": map[string]any{"agentplane.dev/simulate-duration": "600s"}},

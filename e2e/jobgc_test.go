@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,37 +74,21 @@ func TestJobResultsSurviveTTLZero(t *testing.T) {
 	}
 	create := func(prefix string, n int, ann map[string]string) {
 		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		sem := make(chan struct{}, 16)
-		for i := range n {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				md := map[string]any{"name": fmt.Sprintf("%s-%03d", prefix, i), "labels": map[string]any{"batch": prefix}}
-				if ann != nil {
-					a := map[string]any{}
-					for k, v := range ann {
-						a[k] = v
-					}
-					md["annotations"] = a
+		parallel(t, n, 16, func(i int) error {
+			md := map[string]any{"name": fmt.Sprintf("%s-%03d", prefix, i), "labels": map[string]any{"batch": prefix}}
+			if ann != nil {
+				a := map[string]any{}
+				for k, v := range ann {
+					a[k] = v
 				}
-				_, err := runsAPI.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun", "metadata": md,
-					"spec": map[string]any{"agentRef": map[string]any{"name": "codex"}, "runtime": map[string]any{"type": "job"}},
-				}}, metav1.CreateOptions{})
-				if err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+				md["annotations"] = a
+			}
+			_, err := runsAPI.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun", "metadata": md,
+				"spec": map[string]any{"agentRef": map[string]any{"name": "codex"}, "runtime": map[string]any{"type": "job"}},
+			}}, metav1.CreateOptions{})
+			return err
+		})
 	}
 	// outcome counts the batch's runs by phase/reason.
 	outcome := func(prefix string) map[string]int {

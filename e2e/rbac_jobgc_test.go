@@ -62,26 +62,17 @@ func TestJobGCChartRBACIsEnoughAndNoMore(t *testing.T) {
 	}
 	newRun("lost", agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "lost-job", Namespace: "granted", UID: "33333333-3333-3333-3333-333333333333"}})
 
-	redis, err := testenv.StartRedis()
+	// status-writer and event-emitter (with their Redis) run as the API server's admin.
+	w, err := testenv.StartWriters(k8s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer redis.Close()
+	defer w.Stop()
 	dir := t.TempDir()
-	sw, err := testenv.StartService(binPath(t, "status-writer"), dir, "KUBECONFIG="+k8s.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sw.Stop()
-	ev, err := testenv.StartService(binPath(t, "event-emitter"), dir, "KUBECONFIG="+k8s.Kubeconfig, "JANGAR_REDIS_URL=redis://"+redis.Addr+"/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Stop()
 	const sa = "system:serviceaccount:granted:job-gc"
 	gc, err := testenv.StartService(binPath(t, "job-gc"), dir, "KUBECONFIG="+impersonating(t, k8s.Kubeconfig, sa),
 		"POD_NAMESPACE=granted", "POD_NAME=job-gc-0", "JANGAR_AGENTS_CONTROLLER_NAMESPACES=granted", "JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS=1",
-		"JANGAR_LEADER_ELECTION_ENABLED=true", "JANGAR_STATUS_WRITER_ADDR="+sw.GRPCAddr, "JANGAR_EVENT_EMITTER_ADDR="+ev.GRPCAddr)
+		"JANGAR_LEADER_ELECTION_ENABLED=true", "JANGAR_STATUS_WRITER_ADDR="+w.StatusAddr, "JANGAR_EVENT_EMITTER_ADDR="+w.EventsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

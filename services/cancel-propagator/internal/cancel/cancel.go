@@ -52,7 +52,6 @@ import (
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/reasons"
-	"github.com/agentplane/agentplane/libs/redact"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
@@ -506,7 +505,7 @@ func (p *Propagator) reconcileOR(ctx context.Context, ns, name string) error {
 		running = append(running, ar)
 		left = append(left, "AgentRun "+ar.Name)
 	}
-	wl, err := p.stopWorkflows(ctx, ns, or.UID, agentsv1alpha1.LabelOrchestrationRun, name)
+	wl, err := p.stopWorkflows(ctx, key(kindOR, ns, name), ns, or.UID, agentsv1alpha1.LabelOrchestrationRun, name)
 	if err != nil {
 		return err
 	}
@@ -590,7 +589,7 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 		}
 	}
 	sort.Strings(left)
-	wl, err := p.stopWorkflows(ctx, ns, ar.UID, agentsv1alpha1.LabelAgentRun, name)
+	wl, err := p.stopWorkflows(ctx, key(kindAR, ns, name), ns, ar.UID, agentsv1alpha1.LabelAgentRun, name)
 	if err != nil {
 		return err
 	}
@@ -662,30 +661,33 @@ func (p *Propagator) stopPods(ctx context.Context, ns string, run, uid types.UID
 	return running, nil
 }
 
-// argoServed reports whether the API server serves Argo's Workflows (asked at most every 30s).
+// argoServed reports whether the API server serves Argo's Workflows (asked at most every 30s;
+// the discovery call is made outside the lock).
 func (p *Propagator) argoServed() bool {
 	if p.d.Dynamic == nil {
 		return false
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.d.Now().Sub(p.argo.checked) < 30*time.Second {
-		return p.argo.served
+	fresh, served := p.d.Now().Sub(p.argo.checked) < 30*time.Second, p.argo.served
+	p.mu.Unlock()
+	if fresh {
+		return served
 	}
-	p.argo.checked, p.argo.served = p.d.Now(), false
+	served = false
 	if l, err := p.d.Kube.Discovery().ServerResourcesForGroupVersion(WorkflowGVR.GroupVersion().String()); err == nil {
 		for _, r := range l.APIResources {
-			if r.Name == WorkflowGVR.Resource {
-				p.argo.served = true
-			}
+			served = served || r.Name == WorkflowGVR.Resource
 		}
 	}
-	return p.argo.served
+	p.mu.Lock()
+	p.argo.checked, p.argo.served = p.d.Now(), served
+	p.mu.Unlock()
+	return served
 }
 
 // stopWorkflows shuts down (spec.shutdown=Terminate) and deletes the Argo Workflows of a run:
 // those it owns, or labelled with its name. It returns what is left.
-func (p *Propagator) stopWorkflows(ctx context.Context, ns string, uid types.UID, label, name string) ([]string, error) {
+func (p *Propagator) stopWorkflows(ctx context.Context, k, ns string, uid types.UID, label, name string) ([]string, error) {
 	if !p.argoServed() {
 		return nil, nil
 	}
@@ -722,7 +724,7 @@ func (p *Propagator) stopWorkflows(ctx context.Context, ns string, uid types.UID
 	}
 	if len(left) > 0 {
 		// Workflows are not watched: look again shortly.
-		p.q.AddAfter(key(map[bool]string{true: kindOR, false: kindAR}[label == agentsv1alpha1.LabelOrchestrationRun], ns, name), time.Second)
+		p.q.AddAfter(k, time.Second)
 	}
 	return left, nil
 }
@@ -751,15 +753,7 @@ func (p *Propagator) write(ctx context.Context, r run, phase, reason, message st
 
 // emit sends an event about the run through event-emitter; a failure is logged, never returned.
 func (p *Propagator) emit(ctx context.Context, r run, typ, reason, note string) {
-	if p.d.Events == nil || r.apiVersion == "" {
-		return
-	}
-	_, err := p.d.Events.Emit(ctx, &pb.EmitRequest{
-		Object: &pb.EventObject{ApiVersion: r.apiVersion, Kind: r.kind, Namespace: r.meta.Namespace, Name: r.meta.Name,
-			Uid: string(r.meta.UID), ResourceVersion: r.meta.ResourceVersion},
-		Type: typ, Reason: reason, Note: redact.String(note), Action: "Cancel",
-	})
-	if err != nil {
-		logging.FromContext(ctx).Warn("emit event", "reason", reason, "run", r.meta.Namespace+"/"+r.meta.Name, "err", err)
+	if r.apiVersion != "" {
+		eventclient.Notify(ctx, p.d.Events, r.apiVersion, r.kind, &r.meta, typ, reason, "Cancel", note)
 	}
 }

@@ -50,7 +50,6 @@ import (
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/reasons"
-	"github.com/agentplane/agentplane/libs/redact"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
@@ -130,17 +129,7 @@ func New(cfg Config, d Deps) (*GC, error) {
 	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(g.released, g.deletions, g.missing, g.failed,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "agentplane_job_gc_jobs_held", Help: "Jobs that carry the job-result finalizer.",
-			}, func() float64 { return float64(g.holdStats().held) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "agentplane_job_gc_oldest_hold_seconds",
-				Help: "Age of the oldest hold on a finished or deleted Job (0 when there is none).",
-			}, func() float64 { return g.holdStats().oldest.Seconds() }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "agentplane_job_gc_holds_overdue",
-				Help: "Finished or deleted Jobs held longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS.",
-			}, func() float64 { return float64(g.holdStats().overdue) }),
+			holdCollector{g},
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "agentplane_job_gc_agentrun_retention_seconds",
 				Help: "How long a finished AgentRun without spec.ttlSecondsAfterFinished is kept (JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS).",
@@ -348,7 +337,7 @@ func (g *GC) reconcileJob(ctx context.Context, key string) error {
 		msg := fmt.Sprintf("Job %s has kept its result for %s: AgentRun %s (phase %q) has not recorded its outcome; run-controller must record it, "+
 			"or see docs/architecture.md (job-gc) to release the hold by hand", j.Name, g.d.Now().Sub(since).Round(time.Second), run.Name, run.Status.Phase)
 		logging.FromContext(ctx).Warn("job-result hold overdue", "job", key, "run", run.Name, "since", since)
-		g.emit(ctx, "batch/v1", "Job", j.Namespace, j.Name, string(j.UID), j.ResourceVersion, corev1.EventTypeWarning, reasons.JobResultHeld, "Hold", msg)
+		eventclient.Notify(ctx, g.d.Events, "batch/v1", "Job", j, corev1.EventTypeWarning, reasons.JobResultHeld, "Hold", msg)
 	}
 	return nil
 }
@@ -400,6 +389,28 @@ func (g *GC) release(ctx context.Context, j *batchv1.Job, why string) error {
 	return nil
 }
 
+// holdCollector reports the hold gauges from one pass over the cache per scrape.
+type holdCollector struct{ g *GC }
+
+var (
+	heldDesc    = prometheus.NewDesc("agentplane_job_gc_jobs_held", "Jobs that carry the job-result finalizer.", nil, nil)
+	oldestDesc  = prometheus.NewDesc("agentplane_job_gc_oldest_hold_seconds", "Age of the oldest hold on a finished or deleted Job (0 when there is none).", nil, nil)
+	overdueDesc = prometheus.NewDesc("agentplane_job_gc_holds_overdue", "Finished or deleted Jobs held longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS.", nil, nil)
+)
+
+func (holdCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- heldDesc
+	ch <- oldestDesc
+	ch <- overdueDesc
+}
+
+func (c holdCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.g.holdStats()
+	ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(s.held))
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, s.oldest.Seconds())
+	ch <- prometheus.MustNewConstMetric(overdueDesc, prometheus.GaugeValue, float64(s.overdue))
+}
+
 type holdStats struct {
 	held, overdue int
 	oldest        time.Duration
@@ -427,20 +438,6 @@ func (g *GC) holdStats() holdStats {
 		}
 	}
 	return s
-}
-
-// emit sends an event through event-emitter; a failure is logged, never returned.
-func (g *GC) emit(ctx context.Context, apiVersion, kind, ns, name, uid, rv, typ, reason, action, note string) {
-	if g.d.Events == nil {
-		return
-	}
-	_, err := g.d.Events.Emit(ctx, &pb.EmitRequest{
-		Object: &pb.EventObject{ApiVersion: apiVersion, Kind: kind, Namespace: ns, Name: name, Uid: uid, ResourceVersion: rv},
-		Type:   typ, Reason: reason, Note: redact.String(note), Action: action,
-	})
-	if err != nil {
-		logging.FromContext(ctx).Warn("emit event", "reason", reason, "object", ns+"/"+name, "err", err)
-	}
 }
 
 // ownedByOrchestration reports whether an OrchestrationRun owns the run (its retention is the
@@ -600,7 +597,7 @@ func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.Agent
 		}
 		g.missing.WithLabelValues(ar.Namespace).Inc()
 		logging.FromContext(ctx).Warn("run is missing its Job", "run", key, "why", msg)
-		g.emit(ctx, agentsv1alpha1.GroupVersion.String(), "AgentRun", ar.Namespace, ar.Name, string(ar.UID), ar.ResourceVersion,
+		eventclient.Notify(ctx, g.d.Events, agentsv1alpha1.GroupVersion.String(), "AgentRun", ar,
 			corev1.EventTypeWarning, reasons.WorkflowJobMissing, "Check", note)
 		g.runQ.AddAfter(key, g.cfg.MissingGrace)
 		return nil

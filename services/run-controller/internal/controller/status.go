@@ -14,8 +14,8 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/logging"
-	"github.com/agentplane/agentplane/libs/redact"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
@@ -135,11 +135,9 @@ func (c *Controller) emit(ctx context.Context, obj metav1.Object, typ, reason, a
 	if _, ok := obj.(*orchv1alpha1.OrchestrationRun); ok {
 		kind, apiVersion = "OrchestrationRun", orchGV.String()
 	}
-	resp, err := c.d.Events.Emit(ctx, &pb.EmitRequest{
-		Object: &pb.EventObject{ApiVersion: apiVersion, Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(),
-			Uid: string(obj.GetUID()), ResourceVersion: obj.GetResourceVersion()},
-		Type: typ, Reason: reason, Note: redact.String(note), Action: action, Transient: transient,
-	})
+	req := eventclient.About(apiVersion, kind, obj, typ, reason, action, note)
+	req.Transient = transient
+	resp, err := c.d.Events.Emit(ctx, req)
 	if err != nil {
 		logging.FromContext(ctx).Warn("emit event", "reason", reason, "object", obj.GetNamespace()+"/"+obj.GetName(), "err", err)
 		return
