@@ -67,7 +67,8 @@ type Request struct {
 	ObservedGeneration int64
 	// Phase is the new phase; empty keeps the current one.
 	Phase string
-	// Reason and Message describe the phase; they replace the current ones.
+	// Reason and Message describe the phase; they replace the current ones, except in a request
+	// with no phase, reason or message (conditions only), which keeps them.
 	Reason  string
 	Message string
 	// Conditions are set by type; types not named keep their current value. LastTransitionTime
@@ -110,10 +111,14 @@ func Apply(cur Fields, generation int64, req Request, phases Phases, now time.Ti
 		return Fields{}, fmt.Errorf("%w: phase %s is terminal and cannot change to %s", ErrPrecondition, cur.Phase, phase)
 	}
 
+	reason, message := req.Reason, req.Message
+	if req.Phase == "" && reason == "" && message == "" {
+		reason, message = cur.Reason, cur.Message
+	}
 	out := Fields{
 		Phase:              phase,
-		Reason:             req.Reason,
-		Message:            req.Message,
+		Reason:             reason,
+		Message:            message,
 		ObservedGeneration: req.ObservedGeneration,
 		UpdatedAt:          nextUpdatedAt(cur.UpdatedAt, now),
 		StartedAt:          cur.StartedAt.DeepCopy(),

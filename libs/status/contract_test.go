@@ -262,3 +262,22 @@ func TestApply(t *testing.T) {
 		})
 	}
 }
+
+// A conditions-only write (no phase, reason or message) keeps the reason and message, so a
+// writer whose copy is stale cannot put back an older reason; any other write replaces them.
+func TestAConditionsOnlyWriteKeepsReasonAndMessage(t *testing.T) {
+	now := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	fin := metav1.NewTime(now.Add(-time.Minute))
+	cur := Fields{Phase: PhaseSucceeded, Reason: "Completed", Message: "Job done", ObservedGeneration: 1, FinishedAt: &fin}
+	out, err := Apply(cur, 1, Request{ObservedGeneration: 1, Conditions: []metav1.Condition{{Type: "JobMissing", Status: metav1.ConditionTrue, Reason: "WorkflowJobMissing"}}}, RunPhases, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Phase != PhaseSucceeded || out.Reason != "Completed" || out.Message != "Job done" || len(out.Conditions) != 1 {
+		t.Errorf("conditions-only write: %+v", out)
+	}
+	out, err = Apply(cur, 1, Request{ObservedGeneration: 1, Reason: "Running"}, RunPhases, now)
+	if err != nil || out.Reason != "Running" || out.Message != "" {
+		t.Errorf("a write with a reason replaces reason and message: %+v %v", out, err)
+	}
+}

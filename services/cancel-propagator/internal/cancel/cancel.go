@@ -334,7 +334,6 @@ type run struct {
 	kind, apiVersion string
 	meta             metav1.ObjectMeta
 	phase            string
-	reason, message  string // the run's own, kept by a write that only adds a condition
 	conds            []metav1.Condition
 }
 
@@ -353,7 +352,7 @@ func (p *Propagator) begin(ctx context.Context, r run, what string) (bool, time.
 			return false, time.Time{}, nil
 		}
 		msg := fmt.Sprintf("the run had already %s; cancel changes nothing", r.phase)
-		if err := p.write(ctx, r, "", r.reason, r.message, cond(metav1.ConditionFalse, reasons.CancelIgnoredTerminal, msg)); err != nil {
+		if err := p.write(ctx, r, "", "", "", cond(metav1.ConditionFalse, reasons.CancelIgnoredTerminal, msg)); err != nil {
 			return false, time.Time{}, err
 		}
 		p.cancels.WithLabelValues(r.kind, reasons.CancelIgnoredTerminal).Inc()
@@ -364,7 +363,7 @@ func (p *Propagator) begin(ctx context.Context, r run, what string) (bool, time.
 			return false, time.Time{}, nil
 		}
 		msg := "cancel support is disabled (" + EnvEnabled + "=false): nothing was stopped; delete the run's resources by hand"
-		if err := p.write(ctx, r, "", r.reason, r.message, cond(metav1.ConditionFalse, reasons.CancelDisabled, msg)); err != nil {
+		if err := p.write(ctx, r, "", "", "", cond(metav1.ConditionFalse, reasons.CancelDisabled, msg)); err != nil {
 			return false, time.Time{}, err
 		}
 		p.cancels.WithLabelValues(r.kind, reasons.CancelDisabled).Inc()
@@ -471,8 +470,7 @@ func (p *Propagator) reconcileOR(ctx context.Context, ns, name string) error {
 	if !or.Spec.Cancel || or.DeletionTimestamp != nil {
 		return nil
 	}
-	r := run{kind: kindOR, apiVersion: orchv1alpha1.GroupVersion.String(), meta: or.ObjectMeta, phase: or.Status.Phase,
-		reason: or.Status.Reason, message: or.Status.Message, conds: or.Status.Conditions}
+	r := run{kind: kindOR, apiVersion: orchv1alpha1.GroupVersion.String(), meta: or.ObjectMeta, phase: or.Status.Phase, conds: or.Status.Conditions}
 	children, _ := p.ars[ns].GetIndexer().ByIndex(byOwner, ns+"/"+name)
 	goOn, at, err := p.begin(ctx, r, fmt.Sprintf("its %d AgentRun(s) and their Jobs", len(children)))
 	if !goOn || err != nil {
@@ -532,8 +530,7 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 	if !ar.Spec.Cancel || ar.DeletionTimestamp != nil {
 		return nil
 	}
-	r := run{kind: kindAR, apiVersion: agentsv1alpha1.GroupVersion.String(), meta: ar.ObjectMeta, phase: ar.Status.Phase,
-		reason: ar.Status.Reason, message: ar.Status.Message, conds: ar.Status.Conditions}
+	r := run{kind: kindAR, apiVersion: agentsv1alpha1.GroupVersion.String(), meta: ar.ObjectMeta, phase: ar.Status.Phase, conds: ar.Status.Conditions}
 	jobs, _ := p.jobs[ns].GetIndexer().ByIndex(byOwner, ns+"/"+name)
 	goOn, at, err := p.begin(ctx, r, fmt.Sprintf("its %d Job(s)", len(jobs)))
 	if !goOn || err != nil {

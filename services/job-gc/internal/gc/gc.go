@@ -573,7 +573,7 @@ func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.Agent
 	reported := c != nil && c.Status == metav1.ConditionTrue
 	if len(why) == 0 {
 		if reported {
-			return g.write(ctx, ar, "", ar.Status.Reason, ar.Status.Message, &pb.Condition{Type: CondJobMissing, Status: "False",
+			return g.write(ctx, ar, "", "", "", &pb.Condition{Type: CondJobMissing, Status: "False",
 				Reason: reasons.JobFound, Message: "the run's Jobs are all there"})
 		}
 		return nil
@@ -591,7 +591,7 @@ func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.Agent
 	}
 	if !reported {
 		note := fmt.Sprintf("%s; the run fails with %s in %s unless it is back", msg, reasons.WorkflowJobMissing, g.cfg.MissingGrace)
-		if err := g.write(ctx, ar, "", ar.Status.Reason, ar.Status.Message,
+		if err := g.write(ctx, ar, "", "", "",
 			&pb.Condition{Type: CondJobMissing, Status: "True", Reason: reasons.WorkflowJobMissing, Message: note}); err != nil {
 			return err
 		}
