@@ -18,9 +18,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/agentplane/agentplane/libs/access"
+	"github.com/agentplane/agentplane/libs/grpcx"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
@@ -205,15 +210,68 @@ func TestLocalControlPlane(t *testing.T) {
 		}
 	})
 
+	// make up turns service-to-service authentication on: event-emitter and status-writer take
+	// calls from the controllers' ServiceAccounts only, with the tokens make up minted for them.
+	asController := func(service string) *grpc.ClientConn {
+		t.Helper()
+		dial, err := access.ClientAuth{TokenFile: filepath.Join(dir, "tokens", "run-controller")}.DialOptions()
+		if err != nil {
+			t.Fatalf("the token make up minted for run-controller: %v", err)
+		}
+		conn, err := grpcx.Dial(fmt.Sprintf("127.0.0.1:%d", servicePorts[service][0]+offset), dial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+
+	t.Run("status-writer and event-emitter refuse callers that are not the controllers", func(t *testing.T) {
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", servicePorts["event-emitter"][0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = pb.NewEventEmitterClient(conn).Emit(ctx, &pb.EmitRequest{
+			Object: &pb.EventObject{ApiVersion: "agents.proompteng.ai/v1alpha1", Kind: "AgentRun", Namespace: "agents", Name: "hello"},
+			Type:   "Warning", Reason: "Forged", Note: "not from a controller",
+		})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("event-emitter without a token: %v, want Unauthenticated", err)
+		}
+		sconn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", servicePorts["status-writer"][0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sconn.Close()
+		// A pod in the namespace with the default ServiceAccount, holding a token for the right
+		// audience: known to the API server, not allowed to write.
+		other, err := kubectl("create", "token", "default", "--audience", "agentplane")
+		if err != nil {
+			t.Fatalf("token of the default ServiceAccount: %v %s", err, other)
+		}
+		other = strings.TrimSpace(other)
+		md := metadata.Pairs("authorization", "Bearer "+other)
+		_, err = pb.NewStatusWriterClient(sconn).WriteStatus(metadata.NewOutgoingContext(ctx, md), &pb.WriteStatusRequest{
+			Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: "agents", Name: "hello"},
+			Phase:  "Failed", Reason: "Forged",
+		})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "system:serviceaccount:agents:default may not call") {
+			t.Errorf("status-writer with a token of another identity: %v, want PermissionDenied naming it", err)
+		}
+		if strings.Contains(fmt.Sprint(err), other) {
+			t.Error("the refusal carries the token")
+		}
+		if out, _ := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.status.reason}"); out == "Forged" {
+			t.Error("a refused caller wrote status")
+		}
+	})
+
 	t.Run("event-emitter records a Warning that kubectl describe shows", func(t *testing.T) {
 		uid, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.metadata.uid}")
 		if err != nil {
 			t.Fatalf("uid: %v %s", err, uid)
 		}
-		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", servicePorts["event-emitter"][0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := asController("event-emitter")
 		defer conn.Close()
 		resp, err := pb.NewEventEmitterClient(conn).Emit(ctx, &pb.EmitRequest{
 			Object: &pb.EventObject{ApiVersion: "agents.proompteng.ai/v1alpha1", Kind: "AgentRun", Namespace: "agents", Name: "hello", Uid: uid},
@@ -235,10 +293,7 @@ func TestLocalControlPlane(t *testing.T) {
 	})
 
 	t.Run("event-emitter reports Redis going away and coming back", func(t *testing.T) {
-		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", servicePorts["event-emitter"][0]+offset), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := asController("event-emitter")
 		defer conn.Close()
 		health := healthpb.NewHealthClient(conn)
 		redisHealth := func() healthpb.HealthCheckResponse_ServingStatus {

@@ -163,6 +163,29 @@ EOF
 node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for kwok 90 node_ready
 
+# Service-to-service authentication, as in a cluster: status-writer and event-emitter accept
+# only the controllers' ServiceAccounts, each presenting a token the API server issued for the
+# audience "agentplane" (TokenRequest, what kubelet projects into a pod). Tokens last a week;
+# running `make up` again mints fresh ones, and the controllers re-read the file when it changes.
+CALLERS="run-controller job-gc cancel-propagator"
+echo ">> ServiceAccount tokens for $CALLERS (in $TOKEN_DIR)"
+mkdir -p "$TOKEN_DIR"
+chmod 700 "$TOKEN_DIR"
+for sa in $CALLERS; do
+  "${KUBECTL[@]}" -n "$NAMESPACE" create serviceaccount "$sa" --dry-run=client -o yaml | "${KUBECTL[@]}" apply -f - >/dev/null
+  (umask 077 && "${KUBECTL[@]}" -n "$NAMESPACE" create token "$sa" --audience agentplane --duration 168h >"$TOKEN_DIR/$sa.tmp")
+  mv "$TOKEN_DIR/$sa.tmp" "$TOKEN_DIR/$sa"
+done
+# svc_auth SERVICE: the variables that turn authentication on for SERVICE.
+svc_auth() {
+  case " $CALLERS " in
+    *" $1 "*) echo "JANGAR_SERVICE_TOKEN_FILE=$TOKEN_DIR/$1" ;;
+  esac
+  case $1 in
+    status-writer | event-emitter) echo "JANGAR_GRPC_AUTH_MODE=token" ;;
+  esac
+}
+
 echo ">> redis and services"
 start redis "$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$LOCAL_DIR"
 wait_for redis 15 port_taken "$REDIS_PORT"
@@ -176,7 +199,7 @@ while read -r svc grpc_port metrics_port; do
     JANGAR_AGENTS_CONTROLLER_NAMESPACES="$NAMESPACE" JANGAR_GRPC_HOST=127.0.0.1 JANGAR_GRPC_PORT="$grpc_port" \
     JANGAR_METRICS_ADDR="127.0.0.1:$metrics_port" JANGAR_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
     JANGAR_STATUS_WRITER_ADDR="127.0.0.1:$(grpc_of status-writer)" JANGAR_EVENT_EMITTER_ADDR="127.0.0.1:$(grpc_of event-emitter)" \
-    "$SERVICES_BIN/$svc"
+    $(svc_auth "$svc") "$SERVICES_BIN/$svc"
 done <<<"$SERVICE_TABLE"
 while read -r svc _ metrics_port; do
   wait_for "$svc" 30 http_ok "http://127.0.0.1:$metrics_port/readyz"
@@ -193,5 +216,6 @@ agentplane is up (state in $LOCAL_DIR).
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
 Control-plane health stream: curl -N http://127.0.0.1:$WATCH_HTTP_PORT/api/agents/control-plane/status/stream
+status-writer and event-emitter accept only the controllers' ServiceAccount tokens ($TOKEN_DIR).
 Logs are in $LOG_DIR; 'make down' stops everything.
 EOF

@@ -40,8 +40,8 @@ type Options struct {
 	// before anything listens; an error stops the service before it serves.
 	Setup func(ctx context.Context, rt *Runtime) error
 	// GRPCServerOptions, when set, adds options to the gRPC server before Setup runs: transport
-	// credentials, for one.
-	GRPCServerOptions func(cfg config.Service) ([]grpc.ServerOption, error)
+	// credentials and authentication interceptors (which may register metrics in reg).
+	GRPCServerOptions func(cfg config.Service, reg prometheus.Registerer) ([]grpc.ServerOption, error)
 	// Listening, when set, is told the bound addresses (tests bind port 0).
 	Listening func(grpcAddr, metricsAddr net.Addr)
 	// Signals that stop the service; defaults to SIGTERM and SIGINT.
@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) error {
 	reg := metrics.NewRegistry()
 	var serverOpts []grpc.ServerOption
 	if o.GRPCServerOptions != nil {
-		if serverOpts, err = o.GRPCServerOptions(cfg); err != nil {
+		if serverOpts, err = o.GRPCServerOptions(cfg, reg); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 // Package backends dials what agentplane's controllers (run-controller, job-gc,
 // cancel-propagator) talk to: the API server, status-writer (JANGAR_STATUS_WRITER_ADDR) and
-// event-emitter (JANGAR_EVENT_EMITTER_ADDR).
+// event-emitter (JANGAR_EVENT_EMITTER_ADDR), identified to them by the ServiceAccount token in
+// JANGAR_SERVICE_TOKEN_FILE or a client certificate (JANGAR_GRPC_CLIENT_*; see libs/access).
 package backends
 
 import (
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/eventclient"
@@ -51,11 +53,15 @@ func Dial(rt *app.Runtime, env *config.Env, instrument func(*rest.Config)) (*Cli
 	if c.Kube, err = kubernetes.NewForConfig(rc); err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	if c.Status, err = statusclient.New(c.StatusAddr, rt.Config.Name, statusclient.Options{}); err != nil {
+	dial, err := access.LoadClientAuth(env).DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	if c.Status, err = statusclient.New(c.StatusAddr, rt.Config.Name, statusclient.Options{Dial: dial}); err != nil {
 		return nil, err
 	}
 	c.Events, err = eventclient.New(c.EventsAddr, rt.Config.Name, rt.Config.Identity,
-		eventclient.Options{RetryFor: 5 * time.Second, AttemptTimeout: 2 * time.Second})
+		eventclient.Options{RetryFor: 5 * time.Second, AttemptTimeout: 2 * time.Second, Dial: dial})
 	if err != nil {
 		_ = c.Status.Close()
 		return nil, err

@@ -42,12 +42,12 @@ type Client struct {
 	o    Options
 }
 
-// New connects (lazily) to event-emitter at target, for example "event-emitter:50051". caller is
 // Emitter is what a controller needs of event-emitter; *Client is one, and tests may use another.
 type Emitter interface {
 	Emit(ctx context.Context, req *pb.EmitRequest) (*pb.EmitResponse, error)
 }
 
+// New connects (lazily) to event-emitter at target, for example "event-emitter:50051". caller is
 // the service name; instance the replica's identity.
 func New(target, caller, instance string, o Options) (*Client, error) {
 	if o.AttemptTimeout <= 0 {

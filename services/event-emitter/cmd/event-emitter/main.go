@@ -7,10 +7,11 @@
 package main
 
 import (
+	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/services/event-emitter/internal/service"
 )
 
 func main() {
-	app.Main("event-emitter", 50053, 9103, service.Setup)
+	app.MainOptions("event-emitter", 50053, 9103, app.Options{Setup: service.Setup, GRPCServerOptions: access.GRPCServerOptions})
 }

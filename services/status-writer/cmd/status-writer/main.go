@@ -6,10 +6,11 @@
 package main
 
 import (
+	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/services/status-writer/internal/service"
 )
 
 func main() {
-	app.Main("status-writer", 50052, 9102, service.Setup)
+	app.MainOptions("status-writer", 50052, 9102, app.Options{Setup: service.Setup, GRPCServerOptions: access.GRPCServerOptions})
 }

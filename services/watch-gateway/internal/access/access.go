@@ -1,55 +1,35 @@
-// Package access decides who may read the control-plane status streams.
-//
-// Three modes:
-//   - none: no check; the gateway then listens on loopback addresses only (ListenCheck).
-//   - token: a bearer token, authenticated with a TokenReview and authorized with a
-//     LocalSubjectAccessReview in the gateway's namespace for the virtual resource
-//     controlplane/status of agents.proompteng.ai (verb watch for streams, get for the one-shot
-//     status), so RBAC Roles grant it like any other read.
-//   - mtls: a client certificate signed by the configured CA, enforced by the TLS handshake.
-//
-// Reviews are cached by a hash of the token (never the token itself) for a short time, so
-// thousands of watchers reconnecting at once cost the API server a handful of reviews.
+// Package access decides who may read the control-plane status streams, with the shared
+// libs/access: in token mode a bearer token authenticated with a TokenReview and authorized with
+// a LocalSubjectAccessReview in the gateway's namespace for the virtual resource
+// controlplane/status of agents.proompteng.ai (verb watch for streams, get for the one-shot
+// status), so RBAC Roles grant it like any other read; in mtls mode a client certificate.
 package access
 
 import (
-	"context"
-	"crypto/sha256"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
-	"strings"
-	"sync"
-	"time"
+	"crypto/tls"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/agentplane/agentplane/libs/redact"
+	lib "github.com/agentplane/agentplane/libs/access"
 )
 
-// Mode is how streams are protected.
-type Mode string
+// The shared types, under the names the gateway uses.
+type (
+	Mode            = lib.Mode
+	Reviewer        = lib.Reviewer
+	ReviewerOptions = lib.ReviewerOptions
+	TLSFiles        = lib.TLSFiles
+)
 
 const (
-	None  Mode = "none"
-	Token Mode = "token"
-	MTLS  Mode = "mtls"
-)
+	None  = lib.None
+	Token = lib.Token
+	MTLS  = lib.MTLS
 
-// ParseMode reads JANGAR_WATCH_AUTH_MODE.
-func ParseMode(s string) (Mode, error) {
-	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
-	case "", None:
-		return None, nil
-	case Token, MTLS:
-		return m, nil
-	}
-	return "", fmt.Errorf("JANGAR_WATCH_AUTH_MODE %q must be none, token or mtls", s)
-}
+	Unauthenticated = lib.Unauthenticated
+	Forbidden       = lib.Forbidden
+	Unavailable     = lib.Unavailable
+)
 
 // The virtual resource a token's user must be allowed to read, in the gateway's namespace.
 const (
@@ -61,229 +41,33 @@ const (
 	VerbGet   = "get"
 )
 
-// Kind classifies a refusal.
-type Kind int
+// EnvPrefix prefixes the gateway's variables: JANGAR_WATCH_AUTH_MODE, JANGAR_WATCH_TLS_*.
+const EnvPrefix = "JANGAR_WATCH"
 
-const (
-	// Unauthenticated: no token, or the API server does not accept it (HTTP 401).
-	Unauthenticated Kind = iota + 1
-	// Forbidden: a known user without the RBAC grant (HTTP 403).
-	Forbidden
-	// Unavailable: the review itself failed; the client should retry (HTTP 503).
-	Unavailable
+var (
+	KindOf      = lib.KindOf
+	BearerToken = lib.BearerToken
 )
 
-// Error is a refusal. Its message never carries the token.
-type Error struct {
-	Kind Kind
-	Msg  string
+// ParseMode reads JANGAR_WATCH_AUTH_MODE.
+func ParseMode(s string) (Mode, error) { return lib.ParseMode(EnvPrefix+"_AUTH_MODE", s) }
+
+// ListenCheck refuses a non-loopback address when streams are not protected.
+func ListenCheck(mode Mode, envName, addr string) error {
+	return lib.ListenCheck(mode, EnvPrefix+"_AUTH_MODE", envName, addr)
 }
 
-func (e *Error) Error() string { return e.Msg }
-
-// KindOf returns the refusal kind of err, or 0.
-func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Kind
-	}
-	return 0
-}
-
-// Reviewer checks bearer tokens with the API server.
-type Reviewer struct {
-	kc        kubernetes.Interface
-	namespace string
-	audiences []string
-	allowTTL  time.Duration
-	denyTTL   time.Duration
-	now       func() time.Time
-
-	mu sync.Mutex
-	// Grants and refusals are cached apart, so a flood of bad tokens can only evict refusals.
-	allowed, refused map[cacheKey]cached
-	inflight         map[cacheKey]*review // one review per key at a time; the others wait for it
-	// Reviews counts TokenReviews and SubjectAccessReviews sent (for tests and metrics).
-	reviews func(kind string)
-}
-
-type cacheKey struct {
-	token [sha256.Size]byte
-	verb  string
-}
-
-type review struct {
-	done chan struct{}
-	user string
-	err  error
-}
-
-type cached struct {
-	user    string
-	err     error
-	expires time.Time
-}
-
-// maxAllowed and maxRefused bound the two caches; beyond a bound its expired entries go first,
-// then all of it.
-const (
-	maxAllowed = 4096
-	maxRefused = 1024
-)
-
-// ReviewerOptions configure a Reviewer.
-type ReviewerOptions struct {
-	// Audiences the token must be issued for (empty: the API server's own).
-	Audiences []string
-	// AllowTTL and DenyTTL: how long a decision is reused (defaults 30 s and 5 s).
-	AllowTTL, DenyTTL time.Duration
-	// OnReview, when set, is called for each review sent: "token" or "access".
-	OnReview func(kind string)
+// ServerConfig is the gateway's TLS (see libs/access.ServerConfig).
+func ServerConfig(mode Mode, f TLSFiles) (*tls.Config, error) {
+	f.Prefix = EnvPrefix
+	return lib.ServerConfig(mode, f)
 }
 
 // NewReviewer checks tokens for reading namespace's control-plane status.
 func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *Reviewer {
-	if o.AllowTTL <= 0 {
-		o.AllowTTL = 30 * time.Second
+	o.Authorize = lib.SubjectAccess(kc, namespace, lib.ResourceAttributes{Group: Group, Resource: Resource, Subresource: Subresource}, o.OnReview)
+	if o.MissingToken == "" {
+		o.MissingToken = "a bearer token is required: send Authorization: Bearer <token> (agentctl: --token or --token-file)"
 	}
-	if o.DenyTTL <= 0 {
-		o.DenyTTL = 5 * time.Second
-	}
-	r := &Reviewer{kc: kc, namespace: namespace, audiences: o.Audiences, allowTTL: o.AllowTTL, denyTTL: o.DenyTTL,
-		now: time.Now, allowed: map[cacheKey]cached{}, refused: map[cacheKey]cached{}, inflight: map[cacheKey]*review{}, reviews: o.OnReview}
-	if r.reviews == nil {
-		r.reviews = func(string) {}
-	}
-	return r
-}
-
-// BearerToken extracts the token of an "Authorization: Bearer <token>" value.
-func BearerToken(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
-}
-
-// Check returns the user a token belongs to when it may perform verb on the status, else an
-// *Error saying why not.
-func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error) {
-	if token == "" {
-		return "", &Error{Kind: Unauthenticated, Msg: "a bearer token is required: send Authorization: Bearer <token> (agentctl: --token or --token-file)"}
-	}
-	key := cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}
-	now := r.now()
-	r.mu.Lock()
-	if c, ok := r.allowed[key]; ok && now.Before(c.expires) {
-		r.mu.Unlock()
-		return c.user, c.err
-	}
-	if c, ok := r.refused[key]; ok && now.Before(c.expires) {
-		r.mu.Unlock()
-		return c.user, c.err
-	}
-	if rv, ok := r.inflight[key]; ok { // thousands of watchers reconnecting with one token: one review
-		r.mu.Unlock()
-		select {
-		case <-rv.done:
-			return rv.user, rv.err
-		case <-ctx.Done():
-			return "", &Error{Kind: Unavailable, Msg: "the access review did not finish: " + ctx.Err().Error()}
-		}
-	}
-	rv := &review{done: make(chan struct{})}
-	r.inflight[key] = rv
-	r.mu.Unlock()
-
-	rv.user, rv.err = r.review(ctx, token, verb)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.inflight, key)
-	close(rv.done)
-	if KindOf(rv.err) == Unavailable {
-		return "", rv.err // not cached: the next request tries again
-	}
-	cache, bound, ttl := r.allowed, maxAllowed, r.allowTTL
-	if rv.err != nil {
-		cache, bound, ttl = r.refused, maxRefused, r.denyTTL
-	}
-	if len(cache) >= bound {
-		for k, c := range cache {
-			if !now.Before(c.expires) {
-				delete(cache, k)
-			}
-		}
-		if len(cache) >= bound {
-			clear(cache)
-		}
-	}
-	cache[key] = cached{user: rv.user, err: rv.err, expires: now.Add(ttl)}
-	return rv.user, rv.err
-}
-
-// unavailable reports a failed review to the caller without the API server's words (they may
-// name the gateway's own identity and permissions); the gateway's log has them.
-func unavailable(what string, err error) error {
-	slog.Default().Warn("access review failed", "review", what, "err", redact.String(err.Error()))
-	return &Error{Kind: Unavailable, Msg: "the gateway cannot " + what + " now (its log says why); retry shortly"}
-}
-
-func (r *Reviewer) review(ctx context.Context, token, verb string) (string, error) {
-	r.reviews("token")
-	tr, err := r.kc.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
-		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.audiences},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", unavailable("review the token", err)
-	}
-	if !tr.Status.Authenticated {
-		msg := "the bearer token was not accepted by the Kubernetes API server"
-		if tr.Status.Error != "" {
-			msg += ": " + redact.String(tr.Status.Error)
-		}
-		return "", &Error{Kind: Unauthenticated, Msg: msg}
-	}
-	u := tr.Status.User
-	extra := map[string]authzv1.ExtraValue{}
-	for k, v := range u.Extra {
-		extra[k] = authzv1.ExtraValue(v)
-	}
-	r.reviews("access")
-	sar, err := r.kc.AuthorizationV1().LocalSubjectAccessReviews(r.namespace).Create(ctx, &authzv1.LocalSubjectAccessReview{
-		ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace},
-		Spec: authzv1.SubjectAccessReviewSpec{
-			User: u.Username, Groups: u.Groups, UID: u.UID, Extra: extra,
-			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: r.namespace, Verb: verb, Group: Group, Resource: Resource, Subresource: Subresource},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", unavailable("check access", err)
-	}
-	if !sar.Status.Allowed {
-		return u.Username, &Error{Kind: Forbidden, Msg: fmt.Sprintf(
-			"%s may not %s %s/%s in namespace %s: grant it with a Role rule {apiGroups: [%s], resources: [%s/%s], verbs: [get, watch]}",
-			u.Username, verb, Resource, Subresource, r.namespace, Group, Resource, Subresource)}
-	}
-	return u.Username, nil
-}
-
-// ListenCheck refuses a non-loopback address when streams are not protected.
-func ListenCheck(mode Mode, envName, addr string) error {
-	if mode != None {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q must be host:port: %w", envName, addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("%s %q is not a loopback address: without authentication (JANGAR_WATCH_AUTH_MODE=none) status streams "+
-		"listen on loopback only; bind 127.0.0.1, or set JANGAR_WATCH_AUTH_MODE=token or mtls", envName, addr)
+	return lib.NewReviewer(kc, o)
 }

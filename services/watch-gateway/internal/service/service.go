@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
@@ -97,7 +98,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 }
 
 // GRPCServerOptions gives the gRPC server the gateway's TLS (mtls, or token with a certificate).
-func GRPCServerOptions(svc config.Service) ([]grpc.ServerOption, error) {
+func GRPCServerOptions(svc config.Service, _ prometheus.Registerer) ([]grpc.ServerOption, error) {
 	c, err := LoadConfig(config.FromOS(), svc)
 	if err != nil {
 		return nil, err

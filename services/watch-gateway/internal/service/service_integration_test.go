@@ -5,20 +5,12 @@ package service
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,64 +46,9 @@ type pki struct {
 
 func newPKI(t *testing.T) pki {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	serial := int64(0)
-	issue := func(tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, key *ecdsa.PrivateKey) (*x509.Certificate, []byte) {
-		serial++
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
-		if parent == nil {
-			parent, parentKey = tmpl, key
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, _ := x509.ParseCertificate(der)
-		return c, der
-	}
-	newCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-		k := newKey()
-		c, der := issue(&x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-			KeyUsage: x509.KeyUsageCertSign}, nil, nil, k)
-		return c, k, der
-	}
-	ca, caKey, caDER := newCA("agentplane test CA")
-	p := pki{caPool: x509.NewCertPool()}
-	p.caPool.AddCert(ca)
-	p.caFile = write("ca.crt", "CERTIFICATE", caDER)
-
-	sk := newKey()
-	_, sDER := issue(&x509.Certificate{Subject: pkix.Name{CommonName: "watch-gateway"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, caKey, sk)
-	p.certFile = write("tls.crt", "CERTIFICATE", sDER)
-	skDER, _ := x509.MarshalECPrivateKey(sk)
-	p.keyFile = write("tls.key", "EC PRIVATE KEY", skDER)
-
-	clientCert := func(parent *x509.Certificate, parentKey *ecdsa.PrivateKey) tls.Certificate {
-		ck := newKey()
-		_, der := issue(&x509.Certificate{Subject: pkix.Name{CommonName: "operator"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			KeyUsage: x509.KeyUsageDigitalSignature}, parent, parentKey, ck)
-		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: ck}
-	}
-	p.client = clientCert(ca, caKey)
-	other, otherKey, _ := newCA("some other CA")
-	p.stranger = clientCert(other, otherKey)
-	return p
+	ca := testenv.NewPKI(t, "agentplane test CA")
+	return pki{caPool: ca.CAPool, client: ca.Client("operator"), stranger: testenv.NewPKI(t, "some other CA").Client("operator"),
+		caFile: ca.CAFile, certFile: ca.CertFile, keyFile: ca.KeyFile}
 }
 
 // run starts the real service (app.Run with this package's Setup) with env and returns its
@@ -186,7 +123,7 @@ func TestMTLSRequiresAClientCertificateSignedByTheCA(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("SSE with %s: %d, want a refused handshake", name, resp.StatusCode)
 		}
-		if !tlsRefusal(err) {
+		if !testenv.TLSRefusal(err) {
 			t.Fatalf("SSE with %s: %v, want the server's TLS alert refusing the client certificate", name, err)
 		}
 	}
@@ -221,21 +158,9 @@ func TestMTLSRequiresAClientCertificateSignedByTheCA(t *testing.T) {
 		_, err = jangarv1.NewAgentctlServiceClient(conn).GetControlPlaneStatus(ctx, &jangarv1.GetControlPlaneStatusRequest{})
 		return err
 	}
-	// The gRPC client retries and may report only a later broken pipe: the refusal itself is
-	// read on a plain TLS connection to the gRPC port (TLS 1.3 sends the alert after the
-	// client's side of the handshake, so it arrives on the first read).
-	alert := func(cert *tls.Certificate) error {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", grpcAddr, clientTLS(cert))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, err = conn.Read(make([]byte, 1))
-		return err
-	}
+	alert := func(cert *tls.Certificate) error { return testenv.TLSAlert(grpcAddr, clientTLS(cert)) }
 	for name, cert := range map[string]*tls.Certificate{"no client certificate": nil, "another CA's certificate": &p.stranger} {
-		if err := alert(cert); err == nil || !tlsRefusal(err) {
+		if err := alert(cert); err == nil || !testenv.TLSRefusal(err) {
 			t.Fatalf("gRPC port with %s: %v, want the server's TLS alert", name, err)
 		}
 		if err := call(cert); err == nil {
@@ -245,17 +170,4 @@ func TestMTLSRequiresAClientCertificateSignedByTheCA(t *testing.T) {
 	if err := call(&p.client); err != nil {
 		t.Fatalf("gRPC with a client certificate: %v", err)
 	}
-}
-
-// tlsRefusal reports whether err is the server refusing the client's certificate during the
-// handshake (TLS 1.3 "certificate required", "bad certificate", or "unknown certificate
-// authority"), not some other failure such as a refused connection.
-func tlsRefusal(err error) bool {
-	msg := err.Error()
-	for _, alert := range []string{"certificate required", "bad certificate", "unknown certificate authority"} {
-		if strings.Contains(msg, alert) {
-			return true
-		}
-	}
-	return false
 }

@@ -24,15 +24,15 @@ func TestBearerToken(t *testing.T) {
 func TestListenCheck(t *testing.T) {
 	for addr, loopback := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "localhost:80": true, "127.0.0.2:1": true,
 		"0.0.0.0:80": false, ":80": false, "10.0.0.1:80": false, "[::]:80": false, "example.com:80": false} {
-		err := ListenCheck(None, "X", addr)
+		err := ListenCheck(None, "M", "X", addr)
 		if (err == nil) != loopback {
 			t.Errorf("ListenCheck(none, %s) = %v, loopback %v", addr, err, loopback)
 		}
-		if err := ListenCheck(Token, "X", addr); err != nil {
+		if err := ListenCheck(Token, "M", "X", addr); err != nil {
 			t.Errorf("token mode may listen anywhere: %v", err)
 		}
 	}
-	if err := ListenCheck(None, "X", "nonsense"); err == nil {
+	if err := ListenCheck(None, "M", "X", "nonsense"); err == nil {
 		t.Error("an address without a port passed")
 	}
 }
@@ -43,35 +43,35 @@ func TestServerConfigNamesWhatIsMissing(t *testing.T) {
 		f    TLSFiles
 		says string
 	}{
-		{MTLS, TLSFiles{CertFile: "c", KeyFile: "k"}, "JANGAR_WATCH_TLS_CLIENT_CA_FILE"},
-		{Token, TLSFiles{CertFile: "c"}, "both"},
-		{Token, TLSFiles{ClientCAFile: "ca"}, "needs JANGAR_WATCH_TLS_CERT_FILE"},
-		{Token, TLSFiles{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}, "only used with JANGAR_WATCH_AUTH_MODE=mtls"},
-		{Token, TLSFiles{CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"}, "load the TLS certificate"},
+		{MTLS, TLSFiles{Prefix: "JANGAR_WATCH", CertFile: "c", KeyFile: "k"}, "JANGAR_WATCH_TLS_CLIENT_CA_FILE"},
+		{Token, TLSFiles{Prefix: "JANGAR_WATCH", CertFile: "c"}, "both"},
+		{Token, TLSFiles{Prefix: "JANGAR_WATCH", ClientCAFile: "ca"}, "needs JANGAR_WATCH_TLS_CERT_FILE"},
+		{Token, TLSFiles{Prefix: "JANGAR_WATCH", CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}, "only used with JANGAR_WATCH_AUTH_MODE=mtls"},
+		{Token, TLSFiles{Prefix: "JANGAR_WATCH", CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"}, "load the TLS certificate"},
 	} {
 		if _, err := ServerConfig(c.mode, c.f); err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s %+v: %v, want it to say %q", c.mode, c.f, err, c.says)
 		}
 	}
-	if cfg, err := ServerConfig(Token, TLSFiles{}); cfg != nil || err != nil {
+	if cfg, err := ServerConfig(Token, TLSFiles{Prefix: "JANGAR_WATCH"}); cfg != nil || err != nil {
 		t.Errorf("token without files: %v %v, want plaintext", cfg, err)
 	}
 }
 
 func TestParseMode(t *testing.T) {
 	for in, want := range map[string]Mode{"": None, "none": None, "Token": Token, "mtls": MTLS} {
-		if got, err := ParseMode(in); got != want || err != nil {
+		if got, err := ParseMode("M", in); got != want || err != nil {
 			t.Errorf("ParseMode(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := ParseMode("open"); err == nil {
+	if _, err := ParseMode("M", "open"); err == nil {
 		t.Error("ParseMode(open) passed")
 	}
 }
 
 // fakeReviews answers TokenReviews (only "good" is authenticated) and access reviews (always
 // allowed), counting the TokenReviews: a pure unit test of the cache, the real API server is in
-// the gateway's integration tests.
+// the integration tests here and in the gateway's.
 func fakeReviews(t *testing.T) (*fake.Clientset, *int) {
 	t.Helper()
 	kc := fake.NewClientset()
@@ -94,24 +94,24 @@ func fakeReviews(t *testing.T) (*fake.Clientset, *int) {
 
 func TestBadTokensCannotEvictGrants(t *testing.T) {
 	kc, reviews := fakeReviews(t)
-	r := NewReviewer(kc, "agents", ReviewerOptions{})
+	r := NewReviewer(kc, ReviewerOptions{Authorize: SubjectAccess(kc, "agents", ResourceAttributes{Resource: "r"}, nil)})
 	ctx := t.Context()
-	if user, err := r.Check(ctx, "good", VerbWatch); err != nil || user != "alice" {
+	if user, err := r.Check(ctx, "good", "watch"); err != nil || user != "alice" {
 		t.Fatalf("good token: %q %v", user, err)
 	}
 	for i := range 2 * maxAllowed { // more than either cache holds
-		if _, err := r.Check(ctx, fmt.Sprintf("bad-%d", i), VerbWatch); KindOf(err) != Unauthenticated {
+		if _, err := r.Check(ctx, fmt.Sprintf("bad-%d", i), "watch"); KindOf(err) != Unauthenticated {
 			t.Fatalf("bad token: %v", err)
 		}
 	}
 	before := *reviews
-	if _, err := r.Check(ctx, "good", VerbWatch); err != nil {
+	if _, err := r.Check(ctx, "good", "watch"); err != nil {
 		t.Fatal(err)
 	}
 	if *reviews != before {
 		t.Fatal("the good token was reviewed again: bad tokens evicted its grant")
 	}
-	if _, err := r.Check(ctx, "bad-0", VerbWatch); KindOf(err) != Unauthenticated {
+	if _, err := r.Check(ctx, "bad-0", "watch"); KindOf(err) != Unauthenticated {
 		t.Fatalf("a refused token passed: %v", err)
 	}
 }
@@ -122,9 +122,9 @@ func TestAFailedReviewSaysOnlyThatToTheCaller(t *testing.T) {
 		return true, nil, fmt.Errorf(`tokenreviews.authentication.k8s.io is forbidden: User "system:serviceaccount:agents:watch-gateway" cannot create resource`)
 	})
 	reviews := 0
-	r := NewReviewer(kc, "agents", ReviewerOptions{OnReview: func(string) { reviews++ }})
+	r := NewReviewer(kc, ReviewerOptions{OnReview: func(string) { reviews++ }})
 	for range 2 {
-		_, err := r.Check(t.Context(), "some-token", VerbWatch)
+		_, err := r.Check(t.Context(), "some-token", "watch")
 		if KindOf(err) != Unavailable || strings.Contains(err.Error(), "serviceaccount") || !strings.Contains(err.Error(), "retry") {
 			t.Fatalf("%v: want Unavailable, saying retry and nothing of the API server's answer", err)
 		}
