@@ -76,6 +76,14 @@ type manifest struct {
 		Template struct {
 			Spec manifestPodSpec `json:"spec"`
 		} `json:"template"`
+		// NetworkPolicy.
+		PolicyTypes []string `json:"policyTypes"`
+		Ingress     []struct {
+			Ports []struct {
+				Port string `json:"port"`
+			} `json:"ports"`
+			From []map[string]any `json:"from"`
+		} `json:"ingress"`
 	} `json:"spec"`
 }
 
@@ -92,6 +100,7 @@ type manifestPodSpec struct {
 	} `json:"securityContext"`
 	InitContainers []manifestContainer `json:"initContainers"`
 	Containers     []manifestContainer `json:"containers"`
+	Volumes        []map[string]any    `json:"volumes"`
 }
 
 type manifestContainer struct {
@@ -108,6 +117,10 @@ type manifestContainer struct {
 		ReadOnlyRootFilesystem   *bool `json:"readOnlyRootFilesystem"`
 		AllowPrivilegeEscalation *bool `json:"allowPrivilegeEscalation"`
 	} `json:"securityContext"`
+	VolumeMounts []struct {
+		Name      string `json:"name"`
+		MountPath string `json:"mountPath"`
+	} `json:"volumeMounts"`
 }
 
 func (o manifest) String() string {
@@ -295,6 +308,12 @@ func isClusterReader(o manifest) bool {
 	return true
 }
 
+// isTokenReviewer tells the ClusterRole that grants creating TokenReviews and nothing else.
+func isTokenReviewer(o manifest) bool {
+	return o.Kind == "ClusterRole" && len(o.Rules) == 1 && slices.Equal(o.Rules[0].APIGroups, []string{"authentication.k8s.io"}) &&
+		slices.Equal(o.Rules[0].Resources, []string{"tokenreviews"}) && slices.Equal(o.Rules[0].Verbs, []string{"create"})
+}
+
 // checkBindings fails when a binding refers to a role the chart did not render.
 func checkBindings(t *testing.T, objs []manifest) {
 	t.Helper()
@@ -429,8 +448,8 @@ func TestCharts(t *testing.T) {
 			defaults := h.template(t, sc.name)
 			t.Run("defaults", func(t *testing.T) {
 				for _, o := range ofKind(defaults, "ClusterRole") {
-					if sc.name != "watch-gateway" || !isClusterReader(o) {
-						t.Errorf("%s: no ClusterRole by default, except watch-gateway's CRD and namespace reader", o)
+					if !(sc.name == "watch-gateway" && isClusterReader(o)) && !isTokenReviewer(o) {
+						t.Errorf("%s: no ClusterRole by default, except watch-gateway's CRD and namespace reader and the TokenReview grant of the services that authenticate callers", o)
 					}
 				}
 				for _, o := range ofKind(defaults, "Role") {

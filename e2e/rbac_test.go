@@ -20,15 +20,17 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
 // TestStatusWriterChartRBACIsEnoughAndNoMore installs the status-writer chart's RBAC on a real
-// API server and runs the status-writer binary as its ServiceAccount (impersonated): it can write
-// the status of a run in the namespace it is given, and nothing else: not a run elsewhere, not a
-// run's spec.
+// API server and runs the status-writer binary as its ServiceAccount (impersonated), with the
+// chart's caller authentication: for an allowed controller's token it can write the status of a
+// run in the namespace it is given (reviewing the token with the chart's grant), and nothing
+// else: not a run elsewhere, not a run's spec, not for another ServiceAccount's token.
 func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	root := repoRoot(t)
 	kube, kubectl := chartOnAPIServer(t, "status-writer", "granted", []string{"granted", "elsewhere"}, "--set", "controller.namespaces={granted}")
@@ -54,24 +56,47 @@ func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Callers authenticated as the chart configures it (auth.mode=token, the controllers
+	// allowed): the TokenReviews go through the chart's ClusterRole.
 	cmd := exec.Command(binPath(t, "status-writer"))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+asSA, "JANGAR_GRPC_PORT="+strconv.Itoa(grpcPort),
-		fmt.Sprintf("JANGAR_METRICS_ADDR=127.0.0.1:%d", metricsPort))
+		fmt.Sprintf("JANGAR_METRICS_ADDR=127.0.0.1:%d", metricsPort), "POD_NAMESPACE=granted",
+		"JANGAR_GRPC_AUTH_MODE="+envOfChart(t, "status-writer", "JANGAR_GRPC_AUTH_MODE"),
+		"JANGAR_GRPC_AUTH_ALLOWED_CALLERS="+envOfChart(t, "status-writer", "JANGAR_GRPC_AUTH_ALLOWED_CALLERS"))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	sw, err := statusclient.New(fmt.Sprintf("127.0.0.1:%d", grpcPort), "rbac-test", statusclient.Options{RetryFor: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	writer := func(sa string) *statusclient.Client {
+		tok, err := kube.ServiceAccountToken(ctx, "granted", sa, "agentplane")
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(file, []byte(tok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dial, err := access.ClientAuth{TokenFile: file}.DialOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw, err := statusclient.New(fmt.Sprintf("127.0.0.1:%d", grpcPort), "rbac-test", statusclient.Options{RetryFor: 20 * time.Second, Dial: dial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sw.Close() })
+		return sw
 	}
-	defer sw.Close()
+	sw := writer("run-controller")
 	write := func(ns string) error {
 		_, err := sw.Write(ctx, &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "hello"}, ObservedGeneration: 1, Phase: "Running"})
 		return err
 	}
 	if err := write("granted"); err != nil {
 		t.Fatalf("write in the granted namespace: %v", err)
+	}
+	if _, err := writer("status-writer").Write(ctx, &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: "granted", Name: "hello"}, ObservedGeneration: 1, Phase: "Failed"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a ServiceAccount that is not a controller: %v, want PermissionDenied", err)
 	}
 	if out, _ := kubectl("-n", "granted", "get", "agentrun", "hello", "-o", "jsonpath={.status.phase}"); out != "Running" {
 		t.Fatalf("phase = %q", out)
@@ -298,4 +323,14 @@ func TestRunControllerChartRBACIsEnoughAndNoMore(t *testing.T) {
 			t.Errorf("the ServiceAccount may %v: %q", probe, out)
 		}
 	}
+}
+
+// envOfChart renders chart with its defaults and returns the value of its container's variable.
+func envOfChart(t *testing.T, chart, name string) string {
+	t.Helper()
+	v, ok := envOf(t, newHelmEnv(t).template(t, chart), name)
+	if !ok {
+		t.Fatalf("chart %s sets no %s", chart, name)
+	}
+	return v
 }

@@ -94,6 +94,24 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.logFormat | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
   value: {{ include "run-controller.namespaces" . | fromJsonArray | join "," | quote }}
+{{- if .Values.serviceToken.enabled }}
+- name: JANGAR_SERVICE_TOKEN_FILE
+  value: /var/run/secrets/agentplane/token/token
+{{- end }}
+{{- if .Values.backendTLS.secretName }}
+- name: JANGAR_GRPC_CLIENT_CA_FILE
+  value: /etc/agentplane/backend-tls/ca.crt
+{{- if .Values.backendTLS.clientCertificate }}
+- name: JANGAR_GRPC_CLIENT_CERT_FILE
+  value: /etc/agentplane/backend-tls/tls.crt
+- name: JANGAR_GRPC_CLIENT_KEY_FILE
+  value: /etc/agentplane/backend-tls/tls.key
+{{- end }}
+{{- with .Values.backendTLS.serverName }}
+- name: JANGAR_GRPC_CLIENT_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
 - name: OTEL_SERVICE_NAME
   value: {{ .Chart.Name | quote }}
 {{- with .Values.otel.endpoint }}

@@ -83,7 +83,7 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
     fieldRef:
       fieldPath: metadata.namespace
 - name: JANGAR_GRPC_HOST
-  value: "0.0.0.0"
+  value: {{ if eq .Values.auth.mode "none" }}"127.0.0.1"{{ else }}"0.0.0.0"{{ end }}
 - name: JANGAR_GRPC_PORT
   value: {{ .Values.grpc.port | int | quote }}
 - name: JANGAR_METRICS_ADDR
@@ -94,6 +94,28 @@ The container's environment, as a YAML list. deployment.yaml appends env.vars to
   value: {{ .Values.logFormat | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
   value: {{ include "status-writer.namespaces" . | fromJsonArray | join "," | quote }}
+- name: JANGAR_GRPC_AUTH_MODE
+  value: {{ .Values.auth.mode | quote }}
+{{- if eq .Values.auth.mode "token" }}
+- name: JANGAR_GRPC_AUTH_AUDIENCES
+  value: {{ join "," .Values.auth.audiences | quote }}
+{{- end }}
+{{- if ne .Values.auth.mode "none" }}
+- name: JANGAR_GRPC_AUTH_ALLOWED_CALLERS
+  value: {{ join "," .Values.auth.allowedCallers | quote }}
+- name: JANGAR_GRPC_AUTH_CACHE_TTL
+  value: {{ .Values.auth.cacheTTL | quote }}
+{{- end }}
+{{- if .Values.tls.secretName }}
+- name: JANGAR_GRPC_TLS_CERT_FILE
+  value: /etc/agentplane/tls/tls.crt
+- name: JANGAR_GRPC_TLS_KEY_FILE
+  value: /etc/agentplane/tls/tls.key
+{{- end }}
+{{- if eq .Values.auth.mode "mtls" }}
+- name: JANGAR_GRPC_TLS_CLIENT_CA_FILE
+  value: /etc/agentplane/client-ca/{{ .Values.tls.clientCA.key }}
+{{- end }}
 - name: OTEL_SERVICE_NAME
   value: {{ .Chart.Name | quote }}
 {{- with .Values.otel.endpoint }}
