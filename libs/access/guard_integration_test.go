@@ -117,8 +117,14 @@ func (s staticToken) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 func (staticToken) RequireTransportSecurity() bool { return false }
 
+// refusals collects every refusal the tests saw, to search them for tokens.
+var refusals []string
+
 func wantCode(t *testing.T, what string, err error, code codes.Code, says string) {
 	t.Helper()
+	if err != nil {
+		refusals = append(refusals, err.Error())
+	}
 	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), says) {
 		t.Fatalf("%s: %v; want %s saying %q", what, err, code, says)
 	}
@@ -227,6 +233,11 @@ func TestTokensOfAllowedServiceAccountsOnly(t *testing.T) {
 	for name, tok := range map[string]string{"allowed": allowed, "other": other, "wrong audience": wrongAudience, "expired": expired} {
 		if strings.Contains(logs.String(), tok) {
 			t.Errorf("the %s token is in the log", name)
+		}
+		for _, r := range refusals {
+			if strings.Contains(r, tok) {
+				t.Errorf("the %s token is in the refusal %q", name, r)
+			}
 		}
 		for _, s := range spans.Ended() {
 			for _, kv := range s.Attributes() {
