@@ -6,12 +6,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -245,6 +247,63 @@ collect:
 	}
 	if strings.Join(got, ",") != "database=degraded,database=healthy" {
 		t.Fatalf("resumed with %v, want exactly the two missed deltas", got)
+	}
+}
+
+// TestLastEventIDBeatsSinceOnReconnect: an EventSource opened on a ?since= URL reconnects to the
+// same URL with the Last-Event-ID it last saw; it must get exactly what it missed after that id,
+// not a replay from the URL's older cursor.
+func TestLastEventIDBeatsSinceOnReconnect(t *testing.T) {
+	st := startGateway(t, nil, 30*time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	events := subscribe(t, ctx, st.url, "")
+	s := state{}
+	first := waitFor(t, events, s, "database healthy", func(s state) bool { return s["database"] == health.Healthy })
+	cancel()
+	// The page's URL carries that first cursor; the stream it opens sees Redis go.
+	url := st.url + "?since=" + first.id
+	ctx, cancel = context.WithCancel(context.Background())
+	events = subscribe(t, ctx, url, "")
+	if err := rds.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	last := waitFor(t, events, s, "database degraded", func(s state) bool { return s["database"] == health.Degraded })
+	cancel() // the connection drops
+
+	// Redis returns while the client is away.
+	if err := rds.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "hub sees Redis return", func() error {
+		if find(st.hub.Current().Items, "database") != health.Healthy {
+			return errors.New("database not healthy yet")
+		}
+		return nil
+	})
+
+	// The reconnect: the same URL, and the header with the last id seen.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	resumed := subscribe(t, ctx, url, last.id)
+	var got []string
+	deadline := time.After(20 * time.Second)
+	for !slices.Contains(got, "database=healthy") {
+		select {
+		case r := <-resumed:
+			if r.event == "snapshot" {
+				t.Fatal("a recent Last-Event-ID got a snapshot instead of the missed deltas")
+			}
+			if r.event == "delta" {
+				for _, it := range r.data.Items {
+					got = append(got, it.Component+"="+string(it.Status))
+				}
+			}
+		case <-deadline:
+			t.Fatalf("no delta with database=healthy after reconnecting; got %v", got)
+		}
+	}
+	if strings.Join(got, ",") != "database=healthy" {
+		t.Fatalf("resumed with %v, want only what came after Last-Event-ID (database=healthy), not a replay from ?since=", got)
 	}
 }
 

@@ -165,9 +165,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("format %q must be json or ndjson", format), http.StatusBadRequest)
 		return
 	}
-	since := q.Get("since")
+	// A browser's EventSource reconnects to the same URL with the Last-Event-ID it last saw: the
+	// header is newer than a ?since= in the URL, so it wins.
+	since := r.Header.Get("Last-Event-ID")
 	if since == "" {
-		since = r.Header.Get("Last-Event-ID")
+		since = q.Get("since")
 	}
 	token, _ := access.BearerToken(r.Header.Get("Authorization"))
 	if err := g.authorizeHTTP(r.Context(), w, token); err != nil {
