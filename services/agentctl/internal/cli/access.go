@@ -32,14 +32,14 @@ func (a grpcAccess) dialOptions() (grpcx.ClientOptions, error) {
 	token := a.token
 	if a.tokenFile != "" {
 		if token != "" {
-			return o, errors.New("--token and --token-file both set: use one")
+			return o, errors.New("--gateway-token and --gateway-token-file both set: use one")
 		}
 		b, err := os.ReadFile(a.tokenFile)
 		if err != nil {
-			return o, fmt.Errorf("read --token-file: %w", err)
+			return o, fmt.Errorf("read --gateway-token-file: %w", err)
 		}
 		if token = strings.TrimSpace(string(b)); token == "" {
-			return o, fmt.Errorf("--token-file %s is empty", a.tokenFile)
+			return o, fmt.Errorf("--gateway-token-file %s is empty", a.tokenFile)
 		}
 	}
 	if a.tlsEnabled() {

@@ -25,7 +25,7 @@ func TestGRPCAccessOptions(t *testing.T) {
 	}{
 		{"token twice", grpcAccess{token: "a", tokenFile: tokenFile}, "use one"},
 		{"empty token file", grpcAccess{tokenFile: empty}, "is empty"},
-		{"missing token file", grpcAccess{tokenFile: filepath.Join(dir, "nope")}, "read --token-file"},
+		{"missing token file", grpcAccess{tokenFile: filepath.Join(dir, "nope")}, "read --gateway-token-file"},
 		{"CA not PEM", grpcAccess{caFile: notPEM}, "no PEM certificate"},
 		{"cert without key", grpcAccess{certFile: notPEM}, "go together"},
 	} {
@@ -50,7 +50,7 @@ func TestTheTokenIsNotShownInHelp(t *testing.T) {
 	t.Setenv("AGENTCTL_TOKEN", "s3cret-token-value")
 	var out bytes.Buffer
 	Execute(t.Context(), []string{"status", "--help"}, &out, &out)
-	if !strings.Contains(out.String(), "--token") || strings.Contains(out.String(), "s3cret-token-value") {
-		t.Fatalf("help shows the token (or no --token flag):\n%s", out.String())
+	if !strings.Contains(out.String(), "--gateway-token") || strings.Contains(out.String(), "s3cret-token-value") {
+		t.Fatalf("help shows the token (or no --gateway-token flag):\n%s", out.String())
 	}
 }

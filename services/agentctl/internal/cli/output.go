@@ -7,11 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/agentplane/agentplane/libs/health"
 )
 
-// printer writes events in one of the seed's formats: table (a snapshot table, then UPDATE and
-// HEARTBEAT lines), json (one indented object per event) or ndjson (one object per line).
+// printer writes events in one of the seed's formats: table (a snapshot table, then UPDATE,
+// HEARTBEAT and ERROR lines), json (one indented object per event) or ndjson (one object per
+// line); or as yaml (one document per event, the JSON's fields).
 type printer struct {
 	w      io.Writer
 	format string
@@ -21,10 +24,10 @@ type printer struct {
 
 func newPrinter(w io.Writer, format string) (*printer, error) {
 	switch format {
-	case "table", "json", "ndjson":
+	case "table", "json", "ndjson", "yaml":
 		return &printer{w: w, format: format}, nil
 	}
-	return nil, fmt.Errorf("--output %q must be table, json or ndjson", format)
+	return nil, fmt.Errorf("--output %q must be table, json, ndjson or yaml", format)
 }
 
 func (p *printer) print(ev health.Event) error {
@@ -42,6 +45,17 @@ func (p *printer) print(ev health.Event) error {
 			return err
 		}
 		_, err = fmt.Fprintf(p.w, "%s\n", b)
+		return err
+	case "yaml":
+		j, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		b, err := yaml.JSONToYAML(j)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(p.w, "---\n%s", b)
 		return err
 	}
 	return p.table(ev)

@@ -1,64 +1,154 @@
-// Package cli implements agentctl's commands. Flags follow kubectl's habits (--kubeconfig,
-// --context, -n) so an operator's muscle memory carries over.
+// Package cli implements agentctl's commands. Flags are kubectl's (cli-runtime's ConfigFlags:
+// --kubeconfig, --context, -n, --as, --request-timeout, ...) so an operator's muscle memory
+// carries over; exit codes are documented for scripts (exit.go).
 package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/agentplane/agentplane/libs/app"
 )
 
-// globalOptions are the flags every command shares.
+// globalOptions are the flags every command shares: kubectl's.
 type globalOptions struct {
-	kubeconfig string
-	context    string
-	namespace  string
+	flags *genericclioptions.ConfigFlags
 }
 
 // clientConfig resolves the kubeconfig the way kubectl does: --kubeconfig, then $KUBECONFIG,
-// then ~/.kube/config, with --context and -n applied on top.
-func (g *globalOptions) clientConfig() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if g.kubeconfig != "" {
-		rules.ExplicitPath = g.kubeconfig
+// then ~/.kube/config, with --context, -n, --as and the rest applied on top.
+func (g *globalOptions) clientConfig() clientcmd.ClientConfig { return g.flags.ToRawKubeConfigLoader() }
+
+// namespaceFlag is -n as given (empty when not given).
+func (g *globalOptions) namespaceFlag() string {
+	if g.flags.Namespace == nil {
+		return ""
 	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: g.context}
-	if g.namespace != "" {
-		overrides.Context.Namespace = g.namespace
-	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	return *g.flags.Namespace
 }
 
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	g := &globalOptions{}
+const rootLong = `agentctl operates an agentplane control plane: its health (status, status watch, status
+wait, diagnose), its runs (cancel) and its Jobs (jobs release-holds).
+
+It reads your kubeconfig like kubectl (--kubeconfig, --context, -n, --as, ...). The status
+commands can instead read watch-gateway over gRPC (--gateway host:port).
+
+` + exitCodesHelp
+
+func newRootCommand(stdout, stderr io.Writer) (*cobra.Command, *bool) {
+	g := &globalOptions{flags: genericclioptions.NewConfigFlags(true)}
+	ran := false
 	root := &cobra.Command{
-		Use:           "agentctl",
-		Short:         "Operate the agentplane control plane",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Version:       app.Version,
+		Use:   "agentctl",
+		Short: "Operate the agentplane control plane",
+		Long:  rootLong,
+		Example: `  agentctl status
+  agentctl status watch -o ndjson
+  agentctl -n agents cancel orchestrationrun plan-and-implement-1 --wait
+  agentctl completion bash > /etc/bash_completion.d/agentctl`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		Version:           app.Version,
+		PersistentPreRun:  func(*cobra.Command, []string) { ran = true },
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	root.PersistentFlags().StringVar(&g.context, "context", "", "kubeconfig context to use")
-	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace of the control plane (default: the context's namespace)")
+	g.flags.AddFlags(root.PersistentFlags())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(ExitUsage, err) })
+	_ = root.RegisterFlagCompletionFunc("context", kubeconfigCompletion(g, func(c *clientcmdRaw) []string { return keys(c.Contexts) }))
+	_ = root.RegisterFlagCompletionFunc("cluster", kubeconfigCompletion(g, func(c *clientcmdRaw) []string { return keys(c.Clusters) }))
+	_ = root.RegisterFlagCompletionFunc("user", kubeconfigCompletion(g, func(c *clientcmdRaw) []string { return keys(c.AuthInfos) }))
+	_ = root.RegisterFlagCompletionFunc("namespace", namespaceCompletion(g))
 	root.AddCommand(newVersionCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newJobsCommand(g), newCancelCommand(g))
-	return root
+	// Notices about flags (deprecations) go to stderr, never into output a script parses.
+	var quiet func(*cobra.Command)
+	quiet = func(c *cobra.Command) {
+		c.Flags().SetOutput(stderr)
+		for _, sub := range c.Commands() {
+			quiet(sub)
+		}
+	}
+	quiet(root)
+	return root, &ran
 }
 
-// Execute runs agentctl with args and returns the process exit code.
-func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand(stdout, stderr)
-	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 1
+type clientcmdRaw = clientcmdapi.Config
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-	return 0
+	slices.Sort(out)
+	return out
+}
+
+// kubeconfigCompletion completes a flag from the names in the kubeconfig.
+func kubeconfigCompletion(g *globalOptions, names func(*clientcmdRaw) []string) cobra.CompletionFunc {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		raw, err := g.clientConfig().RawConfig()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return names(&raw), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// namespaceCompletion completes -n from the API server's namespaces, like kubectl.
+func namespaceCompletion(g *globalOptions) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+		cfg, err := g.clientConfig().ClientConfig()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		list, err := kc.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, ns := range list.Items {
+			out = append(out, ns.Name)
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// Execute runs agentctl with args and returns the process exit code (see exitCodesHelp).
+func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	defer func() { // no input makes agentctl panic at a user; if something does, say so and exit 1
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "error: agentctl failed unexpectedly: %v (please report it)\n", r)
+			code = ExitError
+		}
+	}()
+	root, ran := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	var e *exitError
+	if !*ran && !errors.As(err, &e) { // unknown command, bad arguments: before any RunE
+		return ExitUsage
+	}
+	return exitCode(err)
 }

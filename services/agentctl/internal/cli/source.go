@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -69,7 +71,7 @@ func (g *grpcSource) stream(ctx context.Context, cursor string, followOnly bool,
 	for {
 		ev, err := s.Recv()
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || deadlineReached(ctx, err) {
 				return nil
 			}
 			return err
@@ -77,6 +79,13 @@ func (g *grpcSource) stream(ctx context.Context, cursor string, followOnly bool,
 		emit(health.Event{Type: fromType[ev.GetType()], GeneratedAt: ev.GetGeneratedAt().AsTime(), Items: fromProto(ev.GetItems()),
 			Message: ev.GetMessage(), Cursor: ev.GetCursor()})
 	}
+}
+
+// deadlineReached reports a stream ended by the server at the call's deadline (--timeout), which
+// can arrive a moment before the client's own context notices.
+func deadlineReached(ctx context.Context, err error) bool {
+	dl, ok := ctx.Deadline()
+	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < time.Second
 }
 
 func fromProto(items []*jangarv1.ControlPlaneStatusItem) []health.Item {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestWatchReconnectsWithTheLastCursor(t *testing.T) {
 	p, _ := newPrinter(&out, "ndjson")
 	o := opts()
 	o.followOnly = true
-	if err := watchLoop(context.Background(), src, p, o, func(string, ...any) {}); err != nil {
+	if err := watchLoop(context.Background(), src, p.print, o, notice{w: io.Discard}); err != nil {
 		t.Fatalf("watch ended with %v while the last connection held", err)
 	}
 	if len(src.cursors) < 3 || src.cursors[0] != "" || src.cursors[1] != "c2" || src.cursors[2] != "c3" {
@@ -77,7 +78,7 @@ func TestWatchWithoutRetryFailsOnDisconnect(t *testing.T) {
 	o := opts()
 	o.retry = false
 	p, _ := newPrinter(&bytes.Buffer{}, "ndjson")
-	err := watchLoop(context.Background(), src, p, o, func(string, ...any) {})
+	err := watchLoop(context.Background(), src, p.print, o, notice{w: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "disconnected") || len(src.cursors) != 1 {
 		t.Fatalf("err = %v after %d connections, want a disconnect error after one", err, len(src.cursors))
 	}
@@ -87,7 +88,7 @@ func TestWatchFailsWhenRetriesOutlastTheTimeout(t *testing.T) {
 	src := &scripted{err: errors.New("unavailable"), conns: [][]health.Event{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}}
 	p, _ := newPrinter(&bytes.Buffer{}, "ndjson")
 	start := time.Now()
-	err := watchLoop(context.Background(), src, p, opts(), func(string, ...any) {})
+	err := watchLoop(context.Background(), src, p.print, opts(), notice{w: io.Discard})
 	if !errors.Is(err, errRetriesExhausted) {
 		t.Fatalf("err = %v, want retries exhausted", err)
 	}
@@ -102,6 +103,7 @@ func TestWatchFailsWhenRetriesOutlastTheTimeout(t *testing.T) {
 func TestStatusFlagValidation(t *testing.T) {
 	for _, o := range []statusOptions{
 		{heartbeat: 100 * time.Millisecond, retryBackoff: time.Second},
+		{heartbeat: 6 * time.Minute, retryBackoff: time.Second},
 		{heartbeat: time.Second, retryBackoff: time.Second, transport: "ssh"},
 		{heartbeat: time.Second, retryBackoff: time.Second, transport: "grpc"},
 	} {
@@ -111,6 +113,6 @@ func TestStatusFlagValidation(t *testing.T) {
 	}
 	o := statusOptions{heartbeat: time.Second, retryBackoff: time.Second, server: "gw:50051"}
 	if err := o.validate(); err != nil || o.transport != "grpc" {
-		t.Fatalf("--server should select grpc: %v %q", err, o.transport)
+		t.Fatalf("--gateway should select grpc: %v %q", err, o.transport)
 	}
 }
