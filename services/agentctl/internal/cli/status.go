@@ -270,7 +270,9 @@ func (n notice) debugf(format string, args ...any) {
 	}
 }
 
-func (n notice) printf(format string, args ...any) { fmt.Fprintf(n.w, "agentctl: "+format+"\n", args...) }
+func (n notice) printf(format string, args ...any) {
+	fmt.Fprintf(n.w, "agentctl: "+format+"\n", args...)
+}
 
 // errRetriesExhausted is returned when the stream stayed down until --timeout.
 var errRetriesExhausted = withCode(ExitUnavailable, errors.New("the status stream stayed unavailable until --timeout"))
