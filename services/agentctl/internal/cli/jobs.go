@@ -16,6 +16,9 @@ func newJobsCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "jobs",
 		Short: "Work with run-controller's Jobs",
+		Long: `Commands for the Jobs run-controller creates for AgentRuns. Each carries the
+agents.proompteng.ai/job-result finalizer until job-gc has seen its outcome recorded.`,
+		Example: `  agentctl jobs release-holds -n agents`,
 	}
 	var all bool
 	release := &cobra.Command{

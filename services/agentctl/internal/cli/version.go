@@ -17,7 +17,13 @@ func newVersionCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print agentctl's version and the API server's, and whether the agentplane APIs are served",
-		Args:  cobra.NoArgs,
+		Long: `Prints agentctl's version, then (unless --client) the API server's version from the
+kubeconfig's cluster and whether the agentplane APIs (agents.proompteng.ai/v1alpha1,
+orchestration.proompteng.ai/v1alpha1) are served there.`,
+		Example: `  agentctl version
+  agentctl version --client
+  agentctl version --context prod`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Client Version: %s\n", app.Version)
