@@ -7,6 +7,7 @@ package health
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -122,6 +124,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	log := logging.FromContext(ctx)
 	watchErr := func(_ *cache.Reflector, err error) {
 		if !errors.Is(err, context.Canceled) {
+			c.mu.Lock()
+			first := c.obs.APIServerErr == nil
+			c.mu.Unlock()
+			if first {
+				c.hub.Error("a watch on the Kubernetes API failed: " + err.Error() + "; it is retried")
+			}
 			c.edit(func(o *Observation) { o.APIServerErr = err })
 		}
 	}
@@ -403,6 +411,7 @@ func (c *Collector) followHealth(ctx context.Context, name string) {
 		}
 		backoff = 200 * time.Millisecond
 		var wg sync.WaitGroup
+		var broke sync.Once
 		sctx, stop := context.WithCancel(ctx)
 		for svc := range list.GetStatuses() {
 			if svc != "" && !strings.Contains(svc, "/") {
@@ -419,6 +428,11 @@ func (c *Collector) followHealth(ctx context.Context, name string) {
 				for {
 					resp, err := stream.Recv()
 					if err != nil {
+						if sctx.Err() == nil {
+							broke.Do(func() {
+								c.hub.Error(fmt.Sprintf("%s: its health stream broke (%s); reconnecting", name, status.Code(err)))
+							})
+						}
 						return
 					}
 					c.setHealth(name, svc, resp.GetStatus().String())
@@ -466,6 +480,9 @@ func (c *Collector) watchRedis(ctx context.Context) {
 		err := c.o.Redis.Ping(pctx).Err()
 		cancel()
 		if (err == nil) != (last == nil) || (err != nil && last != nil && err.Error() != last.Error()) {
+			if err != nil && (last == nil || last.Error() == "not checked") && ctx.Err() == nil {
+				c.hub.Error("Redis at " + c.o.RedisAddress + " is unreachable: " + err.Error())
+			}
 			c.edit(func(o *Observation) { o.RedisErr = err })
 		}
 		last = err

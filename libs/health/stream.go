@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentplane/agentplane/libs/redact"
 )
 
 // EventType is one of the seed's stream events.
@@ -116,6 +118,28 @@ func (h *Hub) Update(items []Item) (Event, bool) {
 	return ev, true
 }
 
+// Error sends every subscriber and sink an error event: a source of the model failed (a watch,
+// a service's health stream, Redis). The stream goes on; the component's item shows the failure
+// in the next delta. Error events are not kept in the resume window (they describe a moment,
+// not a state) and carry the current cursor, so a client resuming from one loses nothing. The
+// message is redacted.
+func (h *Hub) Error(msg string) Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ev := Event{Type: ErrorEv, GeneratedAt: h.now().UTC(), Message: redact.String(msg), Cursor: h.cursor(h.seq)}
+	for s := range h.subs {
+		s.send(ev, h)
+	}
+	if len(h.sinks) > 0 {
+		sinks := make([]Sink, 0, len(h.sinks))
+		for s := range h.sinks {
+			sinks = append(sinks, s)
+		}
+		h.fanout.enqueue(h, batch{d: &Delivery{Event: ev}, sinks: sinks})
+	}
+	return ev
+}
+
 // Ready is closed once the hub holds a first status; before that a snapshot is empty.
 func (h *Hub) Ready() <-chan struct{} { return h.ready }
 
@@ -208,7 +232,7 @@ func (s *Subscription) send(ev Event, h *Hub) {
 	}
 }
 
-// Events delivers live deltas.
+// Events delivers live deltas and error events.
 func (s *Subscription) Events() <-chan Event { return s.ch }
 
 // Lagged is closed when the subscription was cut off for falling behind.

@@ -2,6 +2,7 @@ package health
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,4 +261,55 @@ func TestPositionIsWhatTheWatcherWasSent(t *testing.T) {
 		t.Fatalf("the delta after the position: %q, want %q", ev.Cursor, d.Cursor)
 	}
 	<-sink.done
+}
+
+// typeSink records the types and messages of what it is delivered.
+type typeSink struct {
+	mu  sync.Mutex
+	got []string
+	ch  chan struct{}
+}
+
+func (s *typeSink) Deliver(d *Delivery) {
+	s.mu.Lock()
+	s.got = append(s.got, string(d.Event.Type)+":"+d.Event.Message)
+	s.mu.Unlock()
+	s.ch <- struct{}{}
+}
+
+func TestErrorEventsReachEveryWatcherAndTheStreamGoesOn(t *testing.T) {
+	h := NewHub(8, 8)
+	h.Update(items(Healthy))
+	_, sub := h.Subscribe("", true)
+	defer sub.Close()
+	sink := &typeSink{ch: make(chan struct{}, 8)}
+	_, at := h.Attach("", true, sink)
+
+	ev := h.Error("Redis at 127.0.0.1:6379 is unreachable: dial tcp: password=hunter2 refused")
+	if ev.Type != ErrorEv || ev.Cursor != at || strings.Contains(ev.Message, "hunter2") {
+		t.Fatalf("error event %+v: want type error, the current cursor %q, and a redacted message", ev, at)
+	}
+	h.Update(items(Degraded))
+	for i, want := range []EventType{ErrorEv, Delta} {
+		select {
+		case got := <-sub.Events():
+			if got.Type != want {
+				t.Fatalf("subscriber event %d is %s, want %s", i, got.Type, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("subscriber event %d (%s) never came", i, want)
+		}
+		<-sink.ch
+	}
+	sink.mu.Lock()
+	if len(sink.got) != 2 || !strings.HasPrefix(sink.got[0], "error:Redis") || !strings.HasPrefix(sink.got[1], "delta:") {
+		t.Fatalf("sink got %v, want the error then the delta", sink.got)
+	}
+	sink.mu.Unlock()
+	// Error events are not in the resume window: resuming from before it gets the delta only.
+	initial, again := h.Subscribe(at, false)
+	defer again.Close()
+	if len(initial) != 1 || initial[0].Type != Delta {
+		t.Fatalf("resume from %q got %v, want just the delta", at, initial)
+	}
 }

@@ -250,6 +250,52 @@ collect:
 	}
 }
 
+// TestSourceFailuresSendErrorEventsAndTheStreamGoesOn: Redis going away and a service's health
+// stream breaking each send an error event saying so; the stream goes on, and the component's
+// item shows it in a following delta, then the recovery.
+func TestSourceFailuresSendErrorEventsAndTheStreamGoesOn(t *testing.T) {
+	addr, stopSvc := fakeService(t)
+	st := startGateway(t, map[string]string{"status-writer": addr}, 30*time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := subscribe(t, ctx, st.url, "")
+	s := state{}
+	waitFor(t, events, s, "all healthy", func(s state) bool {
+		return s["status-writer"] == health.Healthy && s["database"] == health.Healthy
+	})
+	// expect reads until an error event saying says, then until the state holds.
+	expect := func(says string, cond func(state) bool) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		sawError := false
+		for !sawError || !cond(s) {
+			select {
+			case r := <-events:
+				if r.event == "error" && strings.Contains(r.data.Message, says) {
+					if cond(s) {
+						t.Fatalf("the error event %q came after the delta it explains", r.data.Message)
+					}
+					sawError = true
+				}
+				s.apply(r)
+			case <-deadline:
+				t.Fatalf("no error event saying %q followed by the change (saw error: %v); state %v", says, sawError, s)
+			}
+		}
+	}
+	if err := rds.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	expect("Redis at "+rds.Addr+" is unreachable", func(s state) bool { return s["database"] == health.Degraded })
+	stopSvc()
+	expect("status-writer: its health stream broke", func(s state) bool { return s["status-writer"] == health.Error })
+	// The same stream, still open, shows the recovery.
+	if err := rds.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, events, s, "database healthy again on the same stream", func(s state) bool { return s["database"] == health.Healthy })
+}
+
 // TestLastEventIDBeatsSinceOnReconnect: an EventSource opened on a ?since= URL reconnects to the
 // same URL with the Last-Event-ID it last saw; it must get exactly what it missed after that id,
 // not a replay from the URL's older cursor.
