@@ -438,7 +438,7 @@ func TestLocalControlPlane(t *testing.T) {
 
 	t.Run("agentctl shows the same health in grpc and kube mode", func(t *testing.T) {
 		agentctl := binPath(t, "agentctl")
-		out, err := run(ctx, t, nil, agentctl, "status", "--server", fmt.Sprintf("127.0.0.1:%d", 50051+offset))
+		out, err := run(ctx, t, nil, agentctl, "status", "--gateway", fmt.Sprintf("127.0.0.1:%d", 50051+offset))
 		if err != nil || !strings.HasPrefix(out, "COMPONENT                NAMESPACE  STATUS     MESSAGE\n") {
 			t.Fatalf("agentctl status (grpc): %v\n%s", err, out)
 		}
@@ -451,7 +451,7 @@ func TestLocalControlPlane(t *testing.T) {
 		if err != nil || !strings.Contains(out, `"type":"snapshot"`) || !strings.Contains(out, `"component":"crds","namespace":"agents","status":"healthy"`) {
 			t.Fatalf("agentctl status (kube): %v\n%s", err, out)
 		}
-		out, err = run(ctx, t, nil, agentctl, "status", "watch", "--server", fmt.Sprintf("127.0.0.1:%d", 50051+offset), "--heartbeat", "1s", "--timeout", "3s")
+		out, err = run(ctx, t, nil, agentctl, "status", "watch", "--gateway", fmt.Sprintf("127.0.0.1:%d", 50051+offset), "--heartbeat", "1s", "--timeout", "3s")
 		if err != nil || !strings.Contains(out, "---\nHEARTBEAT ") {
 			t.Fatalf("agentctl status watch: %v\n%s", err, out)
 		}

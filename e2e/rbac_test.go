@@ -196,16 +196,19 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 
-	// agentctl over gRPC: refused without the token, served with it (--token and --token-file).
+	// agentctl over gRPC: refused without the token (exit code 4), served with it
+	// (--gateway-token and --gateway-token-file). --exit-code=false: this gateway reports on an API
+	// server without the services, and the point here is access, not health.
 	agentctl := binPath(t, "agentctl")
 	server := fmt.Sprintf("127.0.0.1:%d", grpcPort)
-	out, err := exec.Command(agentctl, "status", "--server", server, "--timeout", "10s").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "bearer token is required") {
-		t.Fatalf("agentctl without a token: %v\n%s", err, out)
+	gw := exec.Command(agentctl, "status", "--gateway", server, "--timeout", "10s")
+	out, err := gw.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "bearer token is required") || gw.ProcessState.ExitCode() != 4 {
+		t.Fatalf("agentctl without a token: %v (want exit code 4)\n%s", err, out)
 	}
-	out, err = exec.Command(agentctl, "status", "--server", server, "--token", token, "-o", "json").CombinedOutput()
+	out, err = exec.Command(agentctl, "status", "--gateway", server, "--gateway-token", token, "-o", "json", "--exit-code=false").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"component": "crds"`) && !strings.Contains(string(out), `"component":"crds"`) {
-		t.Fatalf("agentctl --token: %v\n%s", err, out)
+		t.Fatalf("agentctl --gateway-token: %v\n%s", err, out)
 	}
 	if strings.Contains(string(out), token) {
 		t.Fatal("agentctl printed the token")
@@ -214,8 +217,8 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(agentctl, "status", "--server", server, "--token-file", tokenFile).CombinedOutput(); err != nil || !strings.Contains(string(out), "crds") {
-		t.Fatalf("agentctl --token-file: %v\n%s", err, out)
+	if out, err := exec.Command(agentctl, "status", "--gateway", server, "--gateway-token-file", tokenFile, "--exit-code=false").CombinedOutput(); err != nil || !strings.Contains(string(out), "crds") {
+		t.Fatalf("agentctl --gateway-token-file: %v\n%s", err, out)
 	}
 }
 
