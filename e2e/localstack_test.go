@@ -457,6 +457,68 @@ func TestLocalControlPlane(t *testing.T) {
 		}
 	})
 
+	// From a laptop nothing in the cluster is reachable by its DNS name: agentctl reaches
+	// services and the gateway by port-forwards through the API server. kwok plays the kubelet
+	// and forwards a pod's port P to 127.0.0.1:P, so pods that declare the local services' ports
+	// stand for them (make up configures it).
+	t.Run("agentctl works from a laptop through port-forwards", func(t *testing.T) {
+		deploy := func(name string, port int) string {
+			return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, labels: {app.kubernetes.io/name: %[1]s, app.kubernetes.io/part-of: agentplane}}
+spec:
+  selector: {matchLabels: {app.kubernetes.io/name: %[1]s}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: %[1]s, app.kubernetes.io/part-of: agentplane}}
+    spec:
+      containers: [{name: main, image: agentplane/%[1]s, ports: [{name: grpc, containerPort: %[2]d}]}]
+---
+`, name, port)
+		}
+		manifest := deploy("watch-gateway", 50051+offset) + deploy("status-writer", 50052+offset) +
+			deploy("event-emitter", 59999) + // a port nothing listens on: its health cannot be read
+			`apiVersion: v1
+kind: Service
+metadata: {name: watch-gateway, labels: {app.kubernetes.io/name: watch-gateway, app.kubernetes.io/part-of: agentplane}}
+spec:
+  selector: {app.kubernetes.io/name: watch-gateway}
+  ports: [{name: grpc, port: 50051, targetPort: grpc}]
+`
+		file := filepath.Join(t.TempDir(), "laptop.yaml")
+		if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := kubectl("apply", "-f", file); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		defer func() { _, _ = kubectl("delete", "-f", file, "--wait=false") }()
+		if out, err := kubectl("rollout", "status", "deploy/watch-gateway", "deploy/status-writer", "deploy/event-emitter", "--timeout", "90s"); err != nil {
+			t.Fatalf("rollout: %v %s", err, out)
+		}
+		agentctl := binPath(t, "agentctl")
+		// kube mode: each service's health through a port-forward to its pod.
+		eventually(t, 60*time.Second, "kube mode reads the services' health through port-forwards", func() error {
+			out, _ := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "status", "-o", "ndjson", "--exit-code=false")
+			if !strings.Contains(out, `"component":"status-writer","namespace":"agents","status":"healthy"`) ||
+				!strings.Contains(out, `"component":"event-emitter","namespace":"agents","status":"degraded","message":"health stream unreachable"`) {
+				return errorf("%s", out)
+			}
+			return nil
+		})
+		// grpc mode without --gateway: the gateway found through its Service and port-forwarded to.
+		out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "status", "--transport", "grpc", "-o", "ndjson", "--exit-code=false")
+		if err != nil || !strings.Contains(out, `"component":"crds","namespace":"agents","status":"healthy"`) {
+			t.Fatalf("grpc mode through a port-forward: %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "status", "watch", "--transport", "grpc", "--heartbeat", "1s", "--timeout", "3s")
+		if err != nil || !strings.Contains(out, "---\nHEARTBEAT ") {
+			t.Fatalf("grpc watch through a port-forward: %v\n%s", err, out)
+		}
+		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "default", "status", "--transport", "grpc"); err == nil || !strings.Contains(out, "no watch-gateway Service") {
+			t.Fatalf("no gateway in the namespace: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("make up again is harmless", func(t *testing.T) {
 		out, err := makeLocal("up", dir)
 		if err != nil || !strings.Contains(out, "etcd already running") {

@@ -117,7 +117,8 @@ start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
   --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode RBAC \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
-  --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true
+  --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
+  --kubelet-preferred-address-types InternalIP
 wait_for kube-apiserver 120 "${KUBECTL[@]}" get --raw /readyz
 
 start kube-controller-manager "$KCM_PORT" "$KUBE_DIR/kube-controller-manager" \
@@ -131,9 +132,24 @@ start kube-scheduler "$SCHEDULER_PORT" "$KUBE_DIR/kube-scheduler" \
 
 stage_args=()
 for f in "$KWOK_STAGES"/*.yaml; do stage_args+=(--config "$f"); done
+# kwok also plays the node's kubelet server (TLS, on 127.0.0.1), so `kubectl port-forward` works:
+# a port-forward to port P of any pod on the fake node reaches 127.0.0.1:P, where the services
+# listen. A pod that declares a service's local gRPC port stands for that service.
+forwards=$(echo "$SERVICE_TABLE" | awk '{printf "    - ports: [%s]\n      target: {address: 127.0.0.1, port: %s}\n", $2, $2}')
+cat >"$LOCAL_DIR/kwok-port-forward.yaml" <<EOF
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterPortForward
+metadata:
+  name: agentplane-services
+spec:
+  forwards:
+$forwards
+EOF
 start kwok "$KWOK_PORT" "$KWOK" --kubeconfig "$KUBECONFIG_FILE" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-  --server-address "127.0.0.1:$KWOK_PORT" --node-lease-duration-seconds 40 "${stage_args[@]}"
+  --server-address "127.0.0.1:$KWOK_PORT" --node-ip 127.0.0.1 --node-port "$KWOK_PORT" \
+  --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
+  --node-lease-duration-seconds 40 "${stage_args[@]}" --config "$LOCAL_DIR/kwok-port-forward.yaml"
 
 echo ">> node $NODE_NAME, namespace $NAMESPACE, CRDs"
 "${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF

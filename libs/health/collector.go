@@ -57,6 +57,11 @@ type CollectorOptions struct {
 	// long as it reports, so its health is not dialled (its gRPC may demand client
 	// certificates the collector does not hold).
 	Self string
+	// Dial, when set, gives the address to reach a service found through its Deployment instead
+	// of its cluster DNS name (agentctl on a laptop: a port-forward to one of its pods), and a
+	// release for when the connection ends. An error leaves the service's health to its
+	// Deployment's readiness, and Dial is tried again later.
+	Dial func(ctx context.Context, service string) (addr string, release func(), err error)
 }
 
 // Collector keeps the latest Observation and feeds the hub.
@@ -84,6 +89,34 @@ type podState struct {
 type svcHealth struct {
 	status     string
 	subsystems map[string]string
+	// answered: a first result came (a status, or a failed attempt to reach it).
+	answered bool
+}
+
+// Pending is the number of services whose health is being reached and has not answered yet
+// (a one-shot status waits for them, briefly).
+func (c *Collector) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for name, h := range c.svc {
+		if !h.answered && name != c.o.Self {
+			n++
+		}
+	}
+	return n
+}
+
+// unanswerable records that a service's health could not be reached, without judging it.
+func (c *Collector) unanswerable(name string) {
+	c.mu.Lock()
+	if h := c.svc[name]; h != nil && !h.answered {
+		h.answered = true
+		c.mu.Unlock()
+		c.poke()
+		return
+	}
+	c.mu.Unlock()
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -387,7 +420,43 @@ func (c *Collector) ensureWatch(ctx context.Context, name string) {
 // followHealth lists the service's health names, then holds a Watch stream on each; when the
 // connection breaks the service is UNREACHABLE until the streams come back.
 func (c *Collector) followHealth(ctx context.Context, name string) {
-	conn, err := grpcx.Dial(c.target(name), grpcx.ClientOptions{})
+	if _, listed := c.o.Targets[name]; c.o.Dial != nil && !listed {
+		c.followDialled(ctx, name)
+		return
+	}
+	c.followAt(ctx, name, c.target(name), false)
+}
+
+// followDialled follows a service through the addresses Dial gives, a new one each time the
+// connection is lost, waiting longer between attempts while they keep failing.
+func (c *Collector) followDialled(ctx context.Context, name string) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		addr, release, err := c.o.Dial(ctx, name)
+		if err != nil {
+			logging.FromContext(ctx).Debug("cannot reach a service's health", "service", name, "err", err)
+			c.unanswerable(name)
+		} else {
+			start := time.Now()
+			c.followAt(ctx, name, addr, true) // returns once the connection is lost
+			release()
+			if time.Since(start) > time.Minute {
+				backoff = time.Second
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// followAt follows a service's health at addr until ctx ends; with once, it returns at the
+// first lost connection instead of reconnecting (the address is a port-forward that died).
+func (c *Collector) followAt(ctx context.Context, name, addr string, once bool) {
+	conn, err := grpcx.Dial(addr, grpcx.ClientOptions{})
 	if err != nil {
 		c.setHealth(name, "", "UNREACHABLE")
 		return
@@ -397,10 +466,17 @@ func (c *Collector) followHealth(ctx context.Context, name string) {
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		list, err := client.List(lctx, &healthpb.HealthListRequest{}, grpc.WaitForReady(true))
+		var callOpts []grpc.CallOption
+		if !once { // a port-forward that cannot connect will not start to: fail fast instead
+			callOpts = append(callOpts, grpc.WaitForReady(true))
+		}
+		list, err := client.List(lctx, &healthpb.HealthListRequest{}, callOpts...)
 		cancel()
 		if err != nil {
 			c.setHealth(name, "", "UNREACHABLE")
+			if once {
+				return
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -443,6 +519,9 @@ func (c *Collector) followHealth(ctx context.Context, name string) {
 		stop()
 		if ctx.Err() == nil {
 			c.setHealth(name, "", "UNREACHABLE")
+			if once {
+				return
+			}
 		}
 	}
 }
@@ -454,6 +533,7 @@ func (c *Collector) setHealth(name, svc, st string) {
 		h = &svcHealth{subsystems: map[string]string{}}
 		c.svc[name] = h
 	}
+	h.answered = true
 	if svc == "" {
 		h.status = st
 		if st == "UNREACHABLE" {

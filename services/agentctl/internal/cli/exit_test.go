@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/client-go/rest"
 
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 )
@@ -214,5 +217,27 @@ func TestDeprecatedGatewayFlagsStillWork(t *testing.T) {
 	code, out, errOut := run(t, "status", "--server", addr, "--token", "abc")
 	if code != ExitOK || !strings.Contains(out, "namespace") || !strings.Contains(errOut, "--gateway") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestTheKubeconfigTokenGoesOnlyToAGatewayFoundThroughIt(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env  string
+		cfg  rest.Config
+		want string
+	}{
+		{"", rest.Config{BearerToken: "kube-token"}, "kube-token"},
+		{"", rest.Config{BearerTokenFile: file}, "from-file"},
+		{"explicit", rest.Config{BearerToken: "kube-token"}, "explicit"},
+		{"", rest.Config{}, ""},
+	} {
+		if got := gatewayToken(c.env, &c.cfg); got != c.want {
+			t.Errorf("env %q, config %+v: %q, want %q", c.env, c.cfg, got, c.want)
+		}
 	}
 }

@@ -32,6 +32,8 @@ type grpcSource struct {
 	conn      *grpc.ClientConn
 	client    jangarv1.AgentctlServiceClient
 	namespace string
+	// release ends what the connection needs besides itself (a port-forward), if anything.
+	release func()
 }
 
 func newGRPCSource(addr, namespace string, a grpcAccess) (*grpcSource, error) {
@@ -46,7 +48,12 @@ func newGRPCSource(addr, namespace string, a grpcAccess) (*grpcSource, error) {
 	return &grpcSource{conn: conn, client: jangarv1.NewAgentctlServiceClient(conn), namespace: namespace}, nil
 }
 
-func (g *grpcSource) close() { _ = g.conn.Close() }
+func (g *grpcSource) close() {
+	_ = g.conn.Close()
+	if g.release != nil {
+		g.release()
+	}
+}
 
 func (g *grpcSource) snapshot(ctx context.Context) (health.Event, error) {
 	st, err := g.client.GetControlPlaneStatus(ctx, &jangarv1.GetControlPlaneStatusRequest{Namespace: g.namespace})
@@ -103,17 +110,20 @@ func fromProto(items []*jangarv1.ControlPlaneStatusItem) []health.Item {
 // kubeSource computes the same model locally from the Kubernetes API, with the permissions of
 // the user's kube context: the collector of libs/health, run in this process.
 type kubeSource struct {
-	hub    *health.Hub
+	hub       *health.Hub
+	collector *health.Collector
 	cancel context.CancelFunc
 	ready  chan struct{}
 }
 
-func newKubeSource(kc kubernetes.Interface, dyn dynamic.Interface, namespace string) *kubeSource {
+// dial, when set, reaches a service's health (a port-forward to one of its pods); without it
+// services are judged by their Deployments alone.
+func newKubeSource(kc kubernetes.Interface, dyn dynamic.Interface, namespace string, dial func(context.Context, string) (string, func(), error)) *kubeSource {
 	hub := health.NewHub(1024, 256)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: namespace, Debounce: 300 * time.Millisecond})
+	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: namespace, Debounce: 300 * time.Millisecond, Dial: dial})
 	go func() { _ = c.Run(ctx) }()
-	return &kubeSource{hub: hub, cancel: cancel}
+	return &kubeSource{hub: hub, collector: c, cancel: cancel}
 }
 
 func (k *kubeSource) close() { k.cancel() }
@@ -123,6 +133,8 @@ func (k *kubeSource) close() { k.cancel() }
 func (k *kubeSource) settle(ctx context.Context) (health.Event, error) {
 	_, sub := k.hub.Subscribe("", true)
 	defer sub.Close()
+	start := time.Now()
+	waited := false
 	quiet := time.NewTimer(10 * time.Second)
 	defer quiet.Stop()
 	seen := false
@@ -136,6 +148,18 @@ func (k *kubeSource) settle(ctx context.Context) (health.Event, error) {
 		case <-quiet.C:
 			if !seen {
 				return health.Event{}, errors.New("no status from the Kubernetes API within 10s: check --kubeconfig, --context and -n")
+			}
+			// Services whose health is still being reached (a port-forward under way) get a
+			// few more seconds; then what is known is the answer.
+			if k.collector.Pending() > 0 && time.Since(start) < 8*time.Second {
+				quiet.Reset(200 * time.Millisecond)
+				waited = true
+				continue
+			}
+			if waited { // the last answers still have to be folded in (the collector debounces)
+				waited = false
+				quiet.Reset(time.Second)
+				continue
 			}
 			return k.hub.Current(), nil
 		}

@@ -11,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/agentplane/agentplane/libs/health"
 )
@@ -40,7 +43,7 @@ func addStatusFlags(cmd *cobra.Command, o *statusOptions, defaultOutput string) 
 	f.BoolVar(&o.fallbackPoll, "fallback-poll", false, "poll the one-shot status whenever streaming is unavailable, instead of retrying or exiting")
 	f.StringVar(&o.since, "since", "", "resume from a cursor (an SSE Last-Event-ID or gRPC cursor)")
 	f.DurationVar(&o.timeout, "timeout", 0, "overall watch duration (default: none)")
-	f.StringVar(&o.transport, "transport", "", "kube (default) or grpc (default when --gateway or AGENTCTL_SERVER is set)")
+	f.StringVar(&o.transport, "transport", "", "kube (default) or grpc (default when --gateway or AGENTCTL_SERVER is set; without them the gateway is found through the kubeconfig)")
 	f.StringVar(&o.server, "gateway", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address for --transport grpc (env AGENTCTL_SERVER)")
 	f.StringVar(&o.server, "server", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address")
 	_ = f.MarkDeprecated("server", "use --gateway (kubectl's --server names the API server)")
@@ -72,9 +75,15 @@ the agentplane CRDs, each runtime, Redis, and each agentplane service.
 
 Two transports give the same model (seed 004):
   kube (default)  computed in agentctl from the Kubernetes API with your kubeconfig's rights
-  grpc            read from watch-gateway (--gateway host:port, or AGENTCTL_SERVER), with a
-                  bearer token (--gateway-token, --gateway-token-file, AGENTCTL_TOKEN) or a
-                  client certificate (--tls-cert, --tls-key) when it asks for one
+  grpc            read from watch-gateway: at --gateway host:port (or AGENTCTL_SERVER), or,
+                  without it, found through the kubeconfig (its Service in -n) and reached
+                  by a port-forward through the API server, as kubectl port-forward does;
+                  with a bearer token (--gateway-token, --gateway-token-file, AGENTCTL_TOKEN,
+                  else, for a gateway found through the kubeconfig, the kubeconfig's own
+                  token) or a client certificate (--tls-cert, --tls-key) when it asks for one
+
+In kube mode each service's own health (grpc.health.v1) is read through a port-forward to one of
+its pods; nothing is dialled by a cluster DNS name, so it works from a laptop.
 
 Statuses: healthy, degraded, error, unknown (not configured, or not knowable from here) and
 configured. The one-shot status exits 3 when a component is degraded or in error, so it can
@@ -164,9 +173,6 @@ func (o *statusOptions) validate() error {
 	default:
 		return fmt.Errorf("--transport %q must be kube or grpc", o.transport)
 	}
-	if o.transport == "grpc" && o.server == "" {
-		return errors.New("--transport grpc needs --gateway host:port (or AGENTCTL_SERVER)")
-	}
 	return nil
 }
 
@@ -219,11 +225,12 @@ func unhealthy(items []health.Item) []string {
 // openSource builds the transport the options name.
 func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source, error) {
 	// The collector logs through slog; agentctl shows that only with --debug.
-	if !o.debug {
+	if !o.debug { // client-go reports port-forward hiccups through klog; agentctl says what matters
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		klog.SetLogger(logr.Discard())
 	}
 	note := notifier(cmd.ErrOrStderr(), o)
-	if o.transport == "grpc" {
+	if o.transport == "grpc" && o.server != "" {
 		a := o.access
 		if a.token == "" && a.tokenFile == "" {
 			a.token = os.Getenv("AGENTCTL_TOKEN")
@@ -252,8 +259,39 @@ func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source,
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("kubeconfig: %w", err))
 	}
+	if o.transport == "grpc" { // no --gateway: find it through the kubeconfig, as kubectl port-forward would
+		addr, stop, err := forwardToGateway(cmd.Context(), cfg, kc, ns)
+		if err != nil {
+			if perm, ok := permanent(err, "the API server"); ok {
+				return nil, perm
+			}
+			return nil, withCode(ExitUnavailable, fmt.Errorf("reach watch-gateway through the API server: %w", err))
+		}
+		a := o.access
+		if a.token == "" && a.tokenFile == "" {
+			a.token = gatewayToken(os.Getenv("AGENTCTL_TOKEN"), cfg)
+		}
+		src, err := newGRPCSource(addr, g.namespaceFlag(), a)
+		if err != nil {
+			stop()
+			return nil, withCode(ExitUsage, err)
+		}
+		src.release = stop
+		note.debugf("transport=grpc gateway=port-forward %s namespace=%s", addr, ns)
+		return src, nil
+	}
 	note.debugf("transport=kube namespace=%s", ns)
-	return newKubeSource(kc, dyn, ns), nil
+	return newKubeSource(kc, dyn, ns, serviceDialer(cfg, kc, ns)), nil
+}
+
+// gatewayToken is the token agentctl presents to a gateway it found through the kubeconfig:
+// AGENTCTL_TOKEN, else the kubeconfig user's bearer token (the gateway reviews it with the same
+// API server). A --gateway address given by hand gets only a token given by hand.
+func gatewayToken(env string, cfg *rest.Config) string {
+	if env != "" {
+		return env
+	}
+	return kubeconfigToken(cfg)
 }
 
 // notice writes agentctl's own lines on stderr: reconnects always, the rest with --debug.

@@ -105,7 +105,6 @@ func TestStatusFlagValidation(t *testing.T) {
 		{heartbeat: 100 * time.Millisecond, retryBackoff: time.Second},
 		{heartbeat: 6 * time.Minute, retryBackoff: time.Second},
 		{heartbeat: time.Second, retryBackoff: time.Second, transport: "ssh"},
-		{heartbeat: time.Second, retryBackoff: time.Second, transport: "grpc"},
 	} {
 		if err := o.validate(); err == nil {
 			t.Fatalf("%+v accepted", o)

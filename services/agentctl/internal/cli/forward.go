@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+)
+
+// forwardToPod port-forwards a free local port on 127.0.0.1 to port of pod through the API
+// server (as kubectl port-forward does) and returns the local address and how to stop it.
+func forwardToPod(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace, pod string, port int32) (string, func(), error) {
+	rt, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	url := kc.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
+	stopCh, readyCh := make(chan struct{}), make(chan struct{})
+	var errOut bytes.Buffer
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(int(port))}, stopCh, readyCh, nil, &syncWriter{w: &errOut})
+	if err != nil {
+		return "", nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	var once sync.Once
+	stop := func() { once.Do(func() { close(stopCh) }) }
+	select {
+	case <-readyCh:
+	case err := <-done:
+		if err == nil {
+			err = errors.New("the port-forward ended at once")
+		}
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s port %d: %w", namespace, pod, port, err)
+	case <-ctx.Done():
+		stop()
+		return "", nil, ctx.Err()
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s port %d: not ready within 30s", namespace, pod, port)
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) == 0 {
+		stop()
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %v", namespace, pod, err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), stop, nil
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// readyPod returns a Running, Ready pod among those selector matches in namespace, with the
+// container port named portName (or numbered, when portName is a number).
+func readyPod(ctx context.Context, kc kubernetes.Interface, namespace string, selector map[string]string, port intstr.IntOrString) (string, int32, error) {
+	pods, err := kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(selector).String()})
+	if err != nil {
+		return "", 0, err
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !podReady(&p) {
+			continue
+		}
+		if port.Type == intstr.Int {
+			return p.Name, port.IntVal, nil
+		}
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name == port.StrVal {
+					return p.Name, cp.ContainerPort, nil
+				}
+			}
+		}
+	}
+	return "", 0, fmt.Errorf("no ready pod with port %s among %s in namespace %s", port.String(), labels.SelectorFromSet(selector), namespace)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// gatewayLabel finds watch-gateway's Service, as its chart labels it.
+const gatewayLabel = "app.kubernetes.io/name=watch-gateway"
+
+// forwardToGateway finds the watch-gateway Service in namespace, picks a ready pod behind it
+// and port-forwards to its gRPC port.
+func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace string) (string, func(), error) {
+	svcs, err := kc.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: gatewayLabel})
+	if err != nil {
+		return "", nil, fmt.Errorf("find watch-gateway's Service in namespace %s: %w", namespace, err)
+	}
+	if len(svcs.Items) == 0 {
+		return "", nil, withCode(ExitRejected, fmt.Errorf("no watch-gateway Service (label %s) in namespace %s: install the watch-gateway chart, pass -n, or give --gateway host:port", gatewayLabel, namespace))
+	}
+	svc := svcs.Items[0]
+	for _, s := range svcs.Items {
+		if s.Name == "watch-gateway" {
+			svc = s
+		}
+	}
+	var target *intstr.IntOrString
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "grpc" || len(svc.Spec.Ports) == 1 {
+			tp := p.TargetPort
+			if tp.Type == intstr.Int && tp.IntVal == 0 {
+				tp = intstr.FromInt32(p.Port)
+			}
+			target = &tp
+		}
+	}
+	if target == nil {
+		return "", nil, withCode(ExitRejected, fmt.Errorf("Service %s/%s has no port named grpc", namespace, svc.Name))
+	}
+	pod, port, err := readyPod(ctx, kc, namespace, svc.Spec.Selector, *target)
+	if err != nil {
+		return "", nil, fmt.Errorf("Service %s/%s: %w", namespace, svc.Name, err)
+	}
+	return forwardToPod(ctx, cfg, kc, namespace, pod, port)
+}
+
+// serviceDialer is the collector's Dial in kube mode: a port-forward to a ready pod of the
+// service's Deployment, on its container port named grpc. No cluster DNS name is dialled.
+func serviceDialer(cfg *rest.Config, kc kubernetes.Interface, namespace string) func(context.Context, string) (string, func(), error) {
+	return func(ctx context.Context, service string) (string, func(), error) {
+		sel := map[string]string{"app.kubernetes.io/name": service, "app.kubernetes.io/part-of": "agentplane"}
+		pod, port, err := readyPod(ctx, kc, namespace, sel, intstr.FromString("grpc"))
+		if err != nil {
+			return "", nil, err
+		}
+		return forwardToPod(ctx, cfg, kc, namespace, pod, port)
+	}
+}
+
+// kubeconfigToken is the bearer token of the kubeconfig's user, if it has one: what agentctl
+// presents to a token-mode gateway when no --gateway-token is given.
+func kubeconfigToken(cfg *rest.Config) string {
+	if cfg.BearerToken != "" {
+		return cfg.BearerToken
+	}
+	if cfg.BearerTokenFile != "" {
+		if b, err := os.ReadFile(cfg.BearerTokenFile); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
+}
