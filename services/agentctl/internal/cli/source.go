@@ -112,8 +112,8 @@ func fromProto(items []*jangarv1.ControlPlaneStatusItem) []health.Item {
 type kubeSource struct {
 	hub       *health.Hub
 	collector *health.Collector
-	cancel context.CancelFunc
-	ready  chan struct{}
+	cancel    context.CancelFunc
+	ready     chan struct{}
 }
 
 // dial, when set, reaches a service's health (a port-forward to one of its pods); without it
