@@ -115,3 +115,28 @@ func TestStatusFlagValidation(t *testing.T) {
 		t.Fatalf("--gateway should select grpc: %v %q", err, o.transport)
 	}
 }
+
+// TestErrorEventsArePrintedAndTheWatchGoesOn: an error event from the source is output in the
+// chosen format and the events after it follow on the same connection.
+func TestErrorEventsArePrintedAndTheWatchGoesOn(t *testing.T) {
+	for _, format := range []string{"table", "json", "ndjson", "yaml"} {
+		errEv := ev(health.ErrorEv, "c1")
+		errEv.Message = "Redis at 127.0.0.1:6379 is unreachable"
+		delta := ev(health.Delta, "c2")
+		delta.Items = []health.Item{{Component: "database", Status: health.Degraded}}
+		src := &scripted{conns: [][]health.Event{{ev(health.Snapshot, "c1"), errEv, delta}}}
+		var out bytes.Buffer
+		p, _ := newPrinter(&out, format)
+		if err := watchLoop(context.Background(), src, p.print, opts(), notice{w: io.Discard}); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		s := out.String()
+		at := strings.Index(s, "Redis at 127.0.0.1:6379 is unreachable")
+		if at < 0 || len(src.cursors) != 1 {
+			t.Fatalf("%s: the error event is missing, or the watch reconnected (%d connections):\n%s", format, len(src.cursors), s)
+		}
+		if !strings.Contains(s[at:], "database") {
+			t.Fatalf("%s: nothing after the error event:\n%s", format, s)
+		}
+	}
+}
