@@ -105,6 +105,12 @@ func (h *Hub) Update(items []Item) (Event, bool) {
 	if len(h.window) > h.cap {
 		h.window = h.window[len(h.window)-h.cap:]
 	}
+	h.broadcastLocked(ev)
+	return ev, true
+}
+
+// broadcastLocked hands ev to every subscriber and sink; called with h.mu held.
+func (h *Hub) broadcastLocked(ev Event) {
 	for s := range h.subs {
 		s.send(ev, h)
 	}
@@ -115,7 +121,6 @@ func (h *Hub) Update(items []Item) (Event, bool) {
 		}
 		h.fanout.enqueue(h, batch{d: &Delivery{Event: ev}, sinks: sinks})
 	}
-	return ev, true
 }
 
 // Error sends every subscriber and sink an error event: a source of the model failed (a watch,
@@ -127,16 +132,7 @@ func (h *Hub) Error(msg string) Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ev := Event{Type: ErrorEv, GeneratedAt: h.now().UTC(), Message: redact.String(msg), Cursor: h.cursor(h.seq)}
-	for s := range h.subs {
-		s.send(ev, h)
-	}
-	if len(h.sinks) > 0 {
-		sinks := make([]Sink, 0, len(h.sinks))
-		for s := range h.sinks {
-			sinks = append(sinks, s)
-		}
-		h.fanout.enqueue(h, batch{d: &Delivery{Event: ev}, sinks: sinks})
-	}
+	h.broadcastLocked(ev)
 	return ev
 }
 

@@ -176,15 +176,24 @@ func (o *statusOptions) validate() error {
 	return nil
 }
 
-func runStatus(cmd *cobra.Command, g *globalOptions, o *statusOptions) error {
+// prepare checks the options and opens the printer and the source; the caller closes the source.
+func prepare(cmd *cobra.Command, g *globalOptions, o *statusOptions) (*printer, source, error) {
 	if err := o.validate(); err != nil {
-		return withCode(ExitUsage, err)
+		return nil, nil, withCode(ExitUsage, err)
 	}
 	p, err := newPrinter(cmd.OutOrStdout(), o.output)
 	if err != nil {
-		return withCode(ExitUsage, err)
+		return nil, nil, withCode(ExitUsage, err)
 	}
 	src, err := openSource(cmd, g, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, src, nil
+}
+
+func runStatus(cmd *cobra.Command, g *globalOptions, o *statusOptions) error {
+	p, src, err := prepare(cmd, g, o)
 	if err != nil {
 		return err
 	}
@@ -454,14 +463,7 @@ Errors retrying cannot fix end it at once with their own exit code.
 			if o.timeout <= 0 {
 				return withCode(ExitUsage, errors.New("--timeout is required, e.g. --timeout 2m"))
 			}
-			if err := o.validate(); err != nil {
-				return withCode(ExitUsage, err)
-			}
-			p, err := newPrinter(cmd.OutOrStdout(), o.output)
-			if err != nil {
-				return withCode(ExitUsage, err)
-			}
-			src, err := openSource(cmd, g, o)
+			p, src, err := prepare(cmd, g, o)
 			if err != nil {
 				return err
 			}

@@ -226,25 +226,7 @@ func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
 
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	resumed := subscribe(t, ctx2, st.url, last.id)
-	var got []string
-	timeout := time.After(3 * time.Second)
-collect:
-	for {
-		select {
-		case r := <-resumed:
-			if r.event == "snapshot" {
-				t.Fatalf("a recent cursor got a snapshot instead of the missed deltas")
-			}
-			if r.event == "delta" {
-				for _, it := range r.data.Items {
-					got = append(got, it.Component+"="+string(it.Status))
-				}
-			}
-		case <-timeout:
-			break collect
-		}
-	}
+	got := missedDeltas(t, subscribe(t, ctx2, st.url, last.id), 3*time.Second, nil)
 	if strings.Join(got, ",") != "database=degraded,database=healthy" {
 		t.Fatalf("resumed with %v, want exactly the two missed deltas", got)
 	}
@@ -330,14 +312,25 @@ func TestLastEventIDBeatsSinceOnReconnect(t *testing.T) {
 	// The reconnect: the same URL, and the header with the last id seen.
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	resumed := subscribe(t, ctx, url, last.id)
+	got := missedDeltas(t, subscribe(t, ctx, url, last.id), 20*time.Second,
+		func(got []string) bool { return slices.Contains(got, "database=healthy") })
+	if strings.Join(got, ",") != "database=healthy" {
+		t.Fatalf("resumed with %v, want only what came after Last-Event-ID (database=healthy), not a replay from ?since=", got)
+	}
+}
+
+// missedDeltas reads a resumed stream as component=status changes, failing on a snapshot (a
+// recent cursor must get the missed deltas). It returns once done holds, failing if wait passes
+// first; with done nil it collects for wait.
+func missedDeltas(t *testing.T, ch <-chan received, wait time.Duration, done func([]string) bool) []string {
+	t.Helper()
 	var got []string
-	deadline := time.After(20 * time.Second)
-	for !slices.Contains(got, "database=healthy") {
+	deadline := time.After(wait)
+	for done == nil || !done(got) {
 		select {
-		case r := <-resumed:
+		case r := <-ch:
 			if r.event == "snapshot" {
-				t.Fatal("a recent Last-Event-ID got a snapshot instead of the missed deltas")
+				t.Fatal("a recent cursor got a snapshot instead of the missed deltas")
 			}
 			if r.event == "delta" {
 				for _, it := range r.data.Items {
@@ -345,12 +338,13 @@ func TestLastEventIDBeatsSinceOnReconnect(t *testing.T) {
 				}
 			}
 		case <-deadline:
-			t.Fatalf("no delta with database=healthy after reconnecting; got %v", got)
+			if done != nil {
+				t.Fatalf("the expected deltas did not come within %s; got %v", wait, got)
+			}
+			return got
 		}
 	}
-	if strings.Join(got, ",") != "database=healthy" {
-		t.Fatalf("resumed with %v, want only what came after Last-Event-ID (database=healthy), not a replay from ?since=", got)
-	}
+	return got
 }
 
 func find(items []health.Item, component string) health.Status {
