@@ -9,14 +9,17 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 
 	"github.com/agentplane/agentplane/libs/app"
 )
@@ -131,6 +134,20 @@ func namespaceCompletion(g *globalOptions) cobra.CompletionFunc {
 	}
 }
 
+// klogOnce: klog's logger is process-wide and not safe to swap while in use, so it is set once,
+// before any command runs.
+var klogOnce sync.Once
+
+// quietKlog silences client-go's klog output (port-forward hiccups, for one), which agentctl
+// reports in its own words; --debug keeps it.
+func quietKlog(args []string) {
+	klogOnce.Do(func() {
+		if !slices.Contains(args, "--debug") {
+			klog.SetLogger(logr.Discard())
+		}
+	})
+}
+
 // Execute runs agentctl with args and returns the process exit code (see exitCodesHelp).
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	defer func() { // no input makes agentctl panic at a user; if something does, say so and exit 1
@@ -139,6 +156,7 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code
 			code = ExitError
 		}
 	}()
+	quietKlog(args)
 	root, ran := newRootCommand(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -11,12 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/agentplane/agentplane/libs/health"
 )
@@ -234,9 +232,8 @@ func unhealthy(items []health.Item) []string {
 // openSource builds the transport the options name.
 func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source, error) {
 	// The collector logs through slog; agentctl shows that only with --debug.
-	if !o.debug { // client-go reports port-forward hiccups through klog; agentctl says what matters
+	if !o.debug {
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
-		klog.SetLogger(logr.Discard())
 	}
 	note := notifier(cmd.ErrOrStderr(), o)
 	if o.transport == "grpc" && o.server != "" {
