@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -114,13 +113,11 @@ func TestErrorsThatRetryingCannotFixEndTheWatchAtOnce(t *testing.T) {
 			msg := map[codes.Code]string{codes.InvalidArgument: "heartbeat must be between 1s and 5m", codes.FailedPrecondition: "namespace elsewhere is not served"}[c.code]
 			g := &gateway{watches: []watchScript{{err: status.Error(c.code, msg+" ")}}}
 			addr := serveGateway(t, g)
-			start := time.Now()
-			code, _, stderr := run(t, "status", "watch", "--gateway", addr, "--timeout", "30s", "--retry-backoff", "10ms")
+			// With --timeout 10m a refusal that were retried would hold the test: it must end
+			// after the one call.
+			code, _, stderr := run(t, "status", "watch", "--gateway", addr, "--timeout", "10m", "--retry-backoff", "10ms")
 			if code != c.exit || !strings.Contains(stderr, c.says) {
 				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", code, stderr, c.exit, c.says)
-			}
-			if d := time.Since(start); d > 10*time.Second {
-				t.Fatalf("took %s: the refusal was retried", d)
 			}
 			if got := g.calls.Load(); got != c.attempts {
 				t.Fatalf("%d watch calls, want %d: a refusal that cannot change was retried", got, c.attempts)
@@ -191,12 +188,10 @@ func TestStatusWaitForHealthy(t *testing.T) {
 		event(jangarv1.ControlPlaneStatusEvent_SNAPSHOT, "c1", item("namespace", "healthy"), item("status-writer", "error")),
 		event(jangarv1.ControlPlaneStatusEvent_DELTA, "c2", item("status-writer", "healthy")),
 	}}}})
-	start := time.Now()
-	if code, out, errOut := run(t, "status", "wait", "--for", "healthy", "--timeout", "30s", "--gateway", recovers); code != ExitOK || !strings.Contains(out, "status-writer") {
+	// The stream stays open after the recovery; with --timeout 10m, only returning when the
+	// control plane turned healthy lets this test go on.
+	if code, out, errOut := run(t, "status", "wait", "--for", "healthy", "--timeout", "10m", "--gateway", recovers); code != ExitOK || !strings.Contains(out, "status-writer") {
 		t.Fatalf("recovering: exit %d\n%s%s", code, out, errOut)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("wait returned after %s, not when the control plane turned healthy", d)
 	}
 	stuck := serveGateway(t, &gateway{watches: []watchScript{{events: []*jangarv1.ControlPlaneStatusEvent{
 		event(jangarv1.ControlPlaneStatusEvent_SNAPSHOT, "c1", item("namespace", "healthy"), item("event-emitter", "degraded")),

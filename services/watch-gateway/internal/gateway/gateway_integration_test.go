@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +122,14 @@ func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan rec
 	raw := make(chan *sse.Event, 256)
 	go func() { _ = client.SubscribeChanRawWithContext(ctx, raw) }()
 	out := make(chan received, 256)
+	// The reader may outlive the test; it records a bad event for the test to report at its
+	// end instead of calling t after the test has finished.
+	var bad atomic.Value
+	t.Cleanup(func() {
+		if b, ok := bad.Load().(string); ok {
+			t.Errorf("data is not one JSON object: %q", b)
+		}
+	})
 	go func() {
 		for msg := range raw {
 			if len(msg.Data) == 0 {
@@ -128,7 +137,7 @@ func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan rec
 			}
 			var w health.Event
 			if err := json.Unmarshal(msg.Data, &w); err != nil {
-				t.Errorf("data is not one JSON object: %q", msg.Data)
+				bad.CompareAndSwap(nil, string(msg.Data))
 				continue
 			}
 			out <- received{event: string(msg.Event), id: string(msg.ID), data: w}
