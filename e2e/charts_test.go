@@ -472,8 +472,19 @@ func TestCharts(t *testing.T) {
 
 			t.Run("env.vars", func(t *testing.T) {
 				wantEnv(t, h.template(t, sc.name, "--set", "env.vars.AGENTPLANE_EXTRA=on"), "AGENTPLANE_EXTRA", "on")
-				// A chart-managed variable cannot be replaced through env.vars.
-				wantRefused(t, h, sc.name, "JANGAR_LOG_LEVEL", "--set", "env.vars.JANGAR_LOG_LEVEL=debug")
+				// A variable the chart sets from a value is overridden by env.vars (the seeds'
+				// "unless overridden via env.vars"), once, in place.
+				objs := h.template(t, sc.name, "--set", "env.vars.JANGAR_LOG_LEVEL=debug", "--set", "logLevel=warn")
+				wantEnv(t, objs, "JANGAR_LOG_LEVEL", "debug")
+				n := 0
+				for _, e := range theDeployment(t, objs).Spec.Template.Spec.Containers[0].Env {
+					if e.Name == "JANGAR_LOG_LEVEL" {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("JANGAR_LOG_LEVEL appears %d times, want once", n)
+				}
 			})
 
 			t.Run("controller.namespaces", func(t *testing.T) {
