@@ -130,10 +130,11 @@ envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds) and protobuf code.
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code and the charts' shared templates (charts/_shared).
 	cd libs && $(CONTROLLER_GEN) object paths=./api/...
 	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
 	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
+	hack/gen-charts.sh
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when `make generate` changes the tree (CI runs this).

@@ -1,0 +1,73 @@
+{{- /* Generated from charts/_shared/_common.tpl by make generate: edit it there. */}}
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "job-gc.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of every object: fullnameOverride, else the release name when it already holds the chart
+name (`helm install job-gc charts/job-gc` gives "job-gc"), else "<release>-<chart>". Truncated to the 63
+characters of a DNS label.
+*/}}
+{{- define "job-gc.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of cluster-scoped objects: prefixed with the release namespace, so that releases in two
+namespaces do not collide.
+*/}}
+{{- define "job-gc.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "job-gc.fullname" .) }}
+{{- end }}
+
+{{- define "job-gc.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "job-gc.labels" -}}
+helm.sh/chart: {{ include "job-gc.chart" . }}
+{{ include "job-gc.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentplane
+{{- end }}
+
+{{/*
+Labels that select the pods; they never change across upgrades.
+*/}}
+{{- define "job-gc.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "job-gc.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "job-gc.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "job-gc.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the service acts in, as a JSON list: controller.namespaces, else the release
+namespace. Use with fromJsonArray.
+*/}}
+{{- define "job-gc.namespaces" -}}
+{{- .Values.controller.namespaces | default (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
