@@ -70,3 +70,27 @@ namespace. Use with fromJsonArray.
 {{- .Values.controller.namespaces | default (list .Release.Namespace) | uniq | toJson }}
 {{- end }}
 
+{{/*
+The container's environment as a YAML list: CHART.env (each chart's _helpers.tpl), each variable
+replaced by env.vars.<NAME> when that is set (the seeds: "unless overridden via env.vars"), then
+the other env.vars.
+*/}}
+{{- define "CHART.containerEnv" -}}
+{{- $vars := .Values.env.vars | default dict }}
+{{- $env := list }}
+{{- $managed := dict }}
+{{- range include "CHART.env" . | fromYamlArray }}
+{{- $_ := set $managed .name true }}
+{{- if hasKey $vars .name }}
+{{- $env = append $env (dict "name" .name "value" (get $vars .name | toString)) }}
+{{- else }}
+{{- $env = append $env . }}
+{{- end }}
+{{- end }}
+{{- range $name, $value := $vars }}
+{{- if not (hasKey $managed $name) }}
+{{- $env = append $env (dict "name" $name "value" ($value | toString)) }}
+{{- end }}
+{{- end }}
+{{- toYaml $env }}
+{{- end }}

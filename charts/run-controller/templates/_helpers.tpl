@@ -2,7 +2,7 @@
 charts/_shared by `make generate`. */}}
 
 {{/*
-The container's environment, as a YAML list. deployment.yaml appends env.vars to it.
+The container's environment, as a YAML list; containerEnv (_common.tpl) applies env.vars to it.
 */}}
 {{- define "run-controller.env" -}}
 - name: POD_NAME
