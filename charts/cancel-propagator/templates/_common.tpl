@@ -45,6 +45,18 @@ helm.sh/chart: {{ include "cancel-propagator.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: agentplane
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image reference: [registry/]repository, then @digest when set, else :tag (default the chart's
+appVersion).
+*/}}
+{{- define "cancel-propagator.image" -}}
+{{- with .Values.image.registry }}{{ . }}/{{ end }}{{ .Values.image.repository }}
+{{- if .Values.image.digest }}@{{ .Values.image.digest }}{{ else }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ end }}
 {{- end }}
 
 {{/*

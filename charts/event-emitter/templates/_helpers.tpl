@@ -93,3 +93,36 @@ with rbac.clusterScoped).
   resources: ["agentruns"]
   verbs: ["get"]
 {{- end }}
+
+{{/*
+The volumes this service mounts besides /tmp, and their mounts (the shared deployment.yaml,
+charts/_shared, includes them).
+*/}}
+{{- define "event-emitter.volumeMounts" }}
+            {{- if .Values.tls.secretName }}
+            - name: tls
+              mountPath: /etc/agentplane/tls
+              readOnly: true
+            {{- end }}
+            {{- if eq .Values.auth.mode "mtls" }}
+            - name: client-ca
+              mountPath: /etc/agentplane/client-ca
+              readOnly: true
+            {{- end }}
+{{- end }}
+
+{{- define "event-emitter.volumes" }}
+        {{- if .Values.tls.secretName }}
+        - name: tls
+          secret:
+            secretName: {{ .Values.tls.secretName | quote }}
+        {{- end }}
+        {{- if eq .Values.auth.mode "mtls" }}
+        {{- if not (and .Values.tls.secretName .Values.tls.clientCA.secretName) }}
+        {{- fail "auth.mode=mtls needs tls.secretName (the server certificate) and tls.clientCA.secretName (the CA of client certificates)" }}
+        {{- end }}
+        - name: client-ca
+          secret:
+            secretName: {{ .Values.tls.clientCA.secretName | quote }}
+        {{- end }}
+{{- end }}

@@ -84,3 +84,38 @@ with rbac.clusterScoped).
   resources: ["agentruns"]
   verbs: ["get", "list", "watch", "delete"]
 {{- end }}
+
+{{/*
+The volumes this service mounts besides /tmp, and their mounts (the shared deployment.yaml,
+charts/_shared, includes them).
+*/}}
+{{- define "job-gc.volumeMounts" }}
+            {{- if .Values.serviceToken.enabled }}
+            - name: service-token
+              mountPath: /var/run/secrets/agentplane/token
+              readOnly: true
+            {{- end }}
+            {{- if .Values.backendTLS.secretName }}
+            - name: backend-tls
+              mountPath: /etc/agentplane/backend-tls
+              readOnly: true
+            {{- end }}
+{{- end }}
+
+{{- define "job-gc.volumes" }}
+        {{- if .Values.serviceToken.enabled }}
+        # A token for status-writer and event-emitter only (its audience), rotated by kubelet.
+        - name: service-token
+          projected:
+            sources:
+              - serviceAccountToken:
+                  path: token
+                  audience: {{ .Values.serviceToken.audience | quote }}
+                  expirationSeconds: {{ .Values.serviceToken.expirationSeconds | int }}
+        {{- end }}
+        {{- if .Values.backendTLS.secretName }}
+        - name: backend-tls
+          secret:
+            secretName: {{ .Values.backendTLS.secretName | quote }}
+        {{- end }}
+{{- end }}

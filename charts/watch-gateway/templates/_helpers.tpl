@@ -93,3 +93,36 @@ else loopback only (reach them with kubectl port-forward, which connects to the 
 {{- define "watch-gateway.bindHost" -}}
 {{- if eq .Values.auth.mode "none" -}}127.0.0.1{{- else -}}0.0.0.0{{- end -}}
 {{- end }}
+
+{{/*
+The volumes this service mounts besides /tmp, and their mounts (the shared deployment.yaml,
+charts/_shared, includes them).
+*/}}
+{{- define "watch-gateway.volumeMounts" }}
+            {{- if .Values.tls.secretName }}
+            - name: tls
+              mountPath: /etc/watch-gateway/tls
+              readOnly: true
+            {{- end }}
+            {{- if eq .Values.auth.mode "mtls" }}
+            - name: client-ca
+              mountPath: /etc/watch-gateway/client-ca
+              readOnly: true
+            {{- end }}
+{{- end }}
+
+{{- define "watch-gateway.volumes" }}
+        {{- if .Values.tls.secretName }}
+        - name: tls
+          secret:
+            secretName: {{ .Values.tls.secretName | quote }}
+        {{- end }}
+        {{- if eq .Values.auth.mode "mtls" }}
+        {{- if not (and .Values.tls.secretName .Values.tls.clientCA.secretName) }}
+        {{- fail "auth.mode=mtls needs tls.secretName (the server certificate) and tls.clientCA.secretName (the CA of client certificates)" }}
+        {{- end }}
+        - name: client-ca
+          secret:
+            secretName: {{ .Values.tls.clientCA.secretName | quote }}
+        {{- end }}
+{{- end }}

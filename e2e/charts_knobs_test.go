@@ -1,0 +1,124 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// objects renders chart and returns every object as a map.
+func objects(t *testing.T, h *helmEnv, chart string, flags ...string) []map[string]any {
+	t.Helper()
+	stdout, stderr, err := h.templateErr(chart, flags...)
+	if err != nil {
+		t.Fatalf("helm template %s %v: %v\n%s", chart, flags, err, stderr)
+	}
+	var out []map[string]any
+	for _, doc := range strings.Split(stdout, "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// at walks m along path (map keys, or "0" for the first list item).
+func at(m any, path ...string) any {
+	for _, p := range path {
+		switch v := m.(type) {
+		case map[string]any:
+			m = v[p]
+		case []any:
+			if len(v) == 0 {
+				return nil
+			}
+			m = v[0]
+		default:
+			return nil
+		}
+	}
+	return m
+}
+
+func kind(objs []map[string]any, k string) []map[string]any {
+	var out []map[string]any
+	for _, o := range objs {
+		if o["kind"] == k {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// TestChartKnobsOperatorsExpect (#13 item 5, in part): labels on everything, pod labels, priority,
+// topology spread, overridable security contexts, registry and digest, a PodDisruptionBudget,
+// and a `global` block accepted (the charts work as dependencies).
+func TestChartKnobsOperatorsExpect(t *testing.T) {
+	h := newHelmEnv(t)
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, sc := range serviceCharts {
+		t.Run(sc.name, func(t *testing.T) {
+			objs := objects(t, h, sc.name,
+				"--set", "commonLabels.team=agents", "--set", "podLabels.tier=control",
+				"--set", "priorityClassName=system-cluster-critical",
+				"--set", "topologySpreadConstraints[0].maxSkew=1", "--set", "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+				"--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+				"--set", "podSecurityContext.runAsUser=1000", "--set", "podSecurityContext.runAsNonRoot=true",
+				"--set", "image.registry=registry.example.com", "--set", "image.digest="+digest,
+				"--set", "podDisruptionBudget.enabled=true", "--set", "global.imageRegistry=ignored")
+			for _, o := range objs {
+				if at(o, "metadata", "labels", "team") != "agents" {
+					t.Errorf("%s/%s lacks commonLabels", o["kind"], at(o, "metadata", "name"))
+				}
+			}
+			deps := kind(objs, "Deployment")
+			if len(deps) != 1 {
+				t.Fatalf("%d Deployments", len(deps))
+			}
+			d := deps[0]
+			pod := at(d, "spec", "template")
+			if at(pod, "metadata", "labels", "tier") != "control" || at(pod, "metadata", "labels", "team") != "agents" {
+				t.Errorf("pod labels %v", at(pod, "metadata", "labels"))
+			}
+			if at(pod, "spec", "priorityClassName") != "system-cluster-critical" {
+				t.Errorf("priorityClassName %v", at(pod, "spec", "priorityClassName"))
+			}
+			if at(pod, "spec", "topologySpreadConstraints", "0", "topologyKey") != "kubernetes.io/hostname" {
+				t.Errorf("topologySpreadConstraints %v", at(pod, "spec", "topologySpreadConstraints"))
+			}
+			if at(pod, "spec", "securityContext", "runAsUser") != float64(1000) || at(pod, "spec", "securityContext", "fsGroup") != float64(65532) {
+				t.Errorf("pod securityContext %v: podSecurityContext is merged into the defaults", at(pod, "spec", "securityContext"))
+			}
+			if img := at(pod, "spec", "containers", "0", "image"); img != "registry.example.com/agentplane/"+sc.name+"@"+digest {
+				t.Errorf("image %v", img)
+			}
+			pdbs := kind(objs, "PodDisruptionBudget")
+			if len(pdbs) != 1 || fmt.Sprint(at(pdbs[0], "spec", "minAvailable")) != "1" ||
+				fmt.Sprint(at(pdbs[0], "spec", "selector", "matchLabels")) != fmt.Sprint(at(d, "spec", "selector", "matchLabels")) {
+				t.Errorf("PodDisruptionBudget %v", pdbs)
+			}
+			if pdb := kind(objects(t, h, sc.name, "--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.maxUnavailable=1"), "PodDisruptionBudget"); len(pdb) != 1 ||
+				at(pdb[0], "spec", "minAvailable") != nil || fmt.Sprint(at(pdb[0], "spec", "maxUnavailable")) != "1" {
+				t.Errorf("maxUnavailable: %v", pdb)
+			}
+			if n := len(kind(objects(t, h, sc.name), "PodDisruptionBudget")); n != 0 {
+				t.Errorf("%d PodDisruptionBudgets by default, want none", n)
+			}
+			// Defaults keep the restricted security context and the appVersion tag.
+			def := at(kind(objects(t, h, sc.name), "Deployment")[0], "spec", "template", "spec")
+			if at(def, "securityContext", "runAsNonRoot") != true || at(def, "containers", "0", "securityContext", "readOnlyRootFilesystem") != true ||
+				!strings.HasPrefix(fmt.Sprint(at(def, "containers", "0", "image")), "agentplane/"+sc.name+":") {
+				t.Errorf("defaults changed: %v", def)
+			}
+			wantRefused(t, h, sc.name, "digest", "--set", "image.digest=latest")
+		})
+	}
+}
