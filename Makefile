@@ -51,6 +51,10 @@ SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator 
 MODULES  := libs proto e2e $(addprefix services/,$(SERVICES))
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/agentplane/agentplane/libs/app.Version=$(VERSION)
+# make images: the tag (the charts' appVersion by default, which is what they deploy) and an
+# optional registry prefix.
+IMAGE_TAG      ?= $(shell awk '/^appVersion:/{gsub(/"/,"",$$2); print $$2}' charts/status-writer/Chart.yaml)
+IMAGE_REGISTRY ?=
 
 # Where the local control plane keeps its state (kubeconfig, logs, pids, etcd data).
 LOCAL_DIR ?= $(ROOT)/.local
@@ -146,6 +150,10 @@ build: ## Build every service binary and agentctl into bin/.
 	@mkdir -p $(BIN)
 	@for s in $(SERVICES); do \
 		echo ">> $$s"; (cd services/$$s && go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$s ./cmd/$$s); done
+
+.PHONY: images
+images: build ## Build every service image (and agentctl's) from bin/: agentplane/<svc>:$(IMAGE_TAG), under $(IMAGE_REGISTRY) when set.
+	@BIN=$(BIN) SERVICES="$(SERVICES)" IMAGE_TAG=$(IMAGE_TAG) IMAGE_REGISTRY=$(IMAGE_REGISTRY) hack/images.sh
 
 .PHONY: build-alone
 build-alone: ## Build each service with GOWORK=off, as its container image does.

@@ -85,6 +85,22 @@ func TestServiceImages(t *testing.T) {
 			if info.Config.User != "65532:65532" {
 				t.Errorf("image runs as %q, want the non-root 65532:65532", info.Config.User)
 			}
+			for k, want := range map[string]string{"org.opencontainers.image.revision": "e2e-revision", "org.opencontainers.image.version": "e2e",
+				"org.opencontainers.image.source": "https://github.com/agentplane/agentplane"} {
+				if got := info.Config.Labels[k]; got != want {
+					t.Errorf("label %s = %q, want %q", k, got, want)
+				}
+			}
+			// The CA bundle is there, so OTLP over https and rediss:// can verify their servers.
+			if rc, err := c.CopyFileFromContainer(ctx, "/etc/ssl/certs/ca-certificates.crt"); err != nil {
+				t.Errorf("no CA bundle in the image: %v", err)
+			} else {
+				b, _ := io.ReadAll(rc)
+				rc.Close()
+				if !strings.Contains(string(b), "BEGIN CERTIFICATE") {
+					t.Errorf("the image's CA bundle holds no certificate")
+				}
+			}
 			conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

@@ -15,17 +15,19 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 )
 
-// serviceImage returns the build of one service's image: build/Dockerfile over a context that
-// holds only the static binary from bin/ (`make build`).
+// serviceImage returns the build of one service's image as `make images` builds it:
+// build/Dockerfile over a context that holds the static binary from bin/ (`make build`) and the
+// machine's CA bundle, with the version and revision labels.
 func serviceImage(t *testing.T, svc string) testcontainers.FromDockerfile {
 	t.Helper()
 	root := repoRoot(t)
 	dir := t.TempDir()
 	copyFile(t, binPath(t, svc), filepath.Join(dir, svc), 0o755)
+	copyFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(dir, "ca-certificates.crt"), 0o644)
 	copyFile(t, filepath.Join(root, "build", "Dockerfile"), filepath.Join(dir, "Dockerfile"), 0o644)
-	arg := svc
+	arg, version, revision := svc, "e2e", "e2e-revision"
 	return testcontainers.FromDockerfile{
-		Context: dir, Dockerfile: "Dockerfile", BuildArgs: map[string]*string{"SERVICE": &arg},
+		Context: dir, Dockerfile: "Dockerfile", BuildArgs: map[string]*string{"SERVICE": &arg, "VERSION": &version, "REVISION": &revision},
 		Repo: "agentplane/" + svc, Tag: "e2e", KeepImage: true,
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages agentplane's tests and local stack use: redis-server (Redis for
 # event-emitter and the tests), openssl (keys for the local kube-apiserver), curl, and gcc (the
-# race detector, which `make test` runs the unit and integration tiers under, needs cgo).
+# race detector, which `make test` runs the unit and integration tiers under, needs cgo), and
+# ca-certificates (the CA bundle `make images` puts in every image).
 set -euo pipefail
 
 need=()
@@ -9,6 +10,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""
