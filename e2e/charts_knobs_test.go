@@ -122,3 +122,23 @@ func TestChartKnobsOperatorsExpect(t *testing.T) {
 		})
 	}
 }
+
+// TestSchemaRefusesWhatTheBinaryRefuses (#13 item 6, the known cases): a value the schema
+// accepts must start the binary, so the bounds the binaries enforce are in the schemas.
+func TestSchemaRefusesWhatTheBinaryRefuses(t *testing.T) {
+	h := newHelmEnv(t)
+	for _, c := range []struct{ chart, field, set string }{
+		{"event-emitter", "rateLimitPerMin", "events.rateLimitPerMin=0"},
+		{"event-emitter", "burst", "events.burst=0"},
+		{"watch-gateway", "heartbeat", "heartbeat=0s"},
+		{"watch-gateway", "heartbeat", "heartbeat=10m"},
+		{"status-writer", "cacheTTL", "auth.cacheTTL=0s"},
+	} {
+		wantRefused(t, h, c.chart, c.field, "--set", c.set)
+	}
+	for _, c := range []struct{ chart, set string }{
+		{"event-emitter", "events.rateLimitPerMin=1"}, {"watch-gateway", "heartbeat=1s"}, {"watch-gateway", "heartbeat=5m"},
+	} {
+		h.template(t, c.chart, "--set", c.set)
+	}
+}

@@ -88,6 +88,9 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	if c.Window < 1 || c.MaxStreams < 1 {
 		return c, errors.New("JANGAR_WATCH_WINDOW and JANGAR_WATCH_MAX_STREAMS must be at least 1")
 	}
+	if c.Heartbeat < time.Second || c.Heartbeat > 5*time.Minute {
+		return c, fmt.Errorf("JANGAR_WATCH_HEARTBEAT %s must be between 1s and 5m", c.Heartbeat)
+	}
 	if err := access.ListenCheck(c.AuthMode, "JANGAR_HTTP_ADDR", c.HTTPAddr); err != nil {
 		return c, err
 	}

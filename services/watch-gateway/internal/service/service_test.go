@@ -35,3 +35,15 @@ func TestWithoutAuthOnlyLoopback(t *testing.T) {
 		t.Fatalf("unknown mode: %v", err)
 	}
 }
+
+// TestHeartbeatBounds: the default heartbeat is refused at start outside 1s–5m (0s would panic
+// the first watch's ticker), the same bounds as a client's ?heartbeat= and the chart's schema.
+func TestHeartbeatBounds(t *testing.T) {
+	svc, _ := config.LoadService(config.FromMap(nil), "watch-gateway", 50051, 9101)
+	for hb, ok := range map[string]bool{"0s": false, "999ms": false, "1s": true, "5m": true, "301s": false} {
+		_, err := LoadConfig(config.FromMap(map[string]string{"JANGAR_WATCH_HEARTBEAT": hb}), svc)
+		if (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "JANGAR_WATCH_HEARTBEAT")) {
+			t.Errorf("heartbeat %s: %v, want accepted=%v", hb, err, ok)
+		}
+	}
+}
