@@ -171,16 +171,25 @@ func waitFor(t *testing.T, ch <-chan received, s state, what string, cond func(s
 	}
 }
 
-func TestLiveStreamFollowsRedisAndServices(t *testing.T) {
+// healthyStream starts a gateway following Redis and a fake status-writer, subscribes to its
+// stream, and returns once all of it is healthy: the stream, the state folded so far, and how to
+// stop the fake service.
+func healthyStream(t *testing.T) (<-chan received, state, func()) {
+	t.Helper()
 	addr, stopSvc := fakeService(t)
 	st := startGateway(t, map[string]string{"status-writer": addr}, 30*time.Second, 100)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	events := subscribe(t, ctx, st.url, "")
 	s := state{}
 	waitFor(t, events, s, "all healthy", func(s state) bool {
 		return s["status-writer"] == health.Healthy && s["database"] == health.Healthy && s["namespace"] == health.Healthy
 	})
+	return events, s, stopSvc
+}
+
+func TestLiveStreamFollowsRedisAndServices(t *testing.T) {
+	events, s, stopSvc := healthyStream(t)
 
 	// Redis stops: database turns degraded in the live stream, then healthy again after restart.
 	if err := rds.Stop(); err != nil {
@@ -245,15 +254,7 @@ func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
 // stream breaking each send an error event saying so; the stream goes on, and the component's
 // item shows it in a following delta, then the recovery.
 func TestSourceFailuresSendErrorEventsAndTheStreamGoesOn(t *testing.T) {
-	addr, stopSvc := fakeService(t)
-	st := startGateway(t, map[string]string{"status-writer": addr}, 30*time.Second, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	events := subscribe(t, ctx, st.url, "")
-	s := state{}
-	waitFor(t, events, s, "all healthy", func(s state) bool {
-		return s["status-writer"] == health.Healthy && s["database"] == health.Healthy
-	})
+	events, s, stopSvc := healthyStream(t)
 	// expect reads until an error event saying says, then until the state holds.
 	expect := func(says string, cond func(state) bool) {
 		t.Helper()
