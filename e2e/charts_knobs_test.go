@@ -4,6 +4,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -140,5 +143,71 @@ func TestSchemaRefusesWhatTheBinaryRefuses(t *testing.T) {
 		{"event-emitter", "events.rateLimitPerMin=1"}, {"watch-gateway", "heartbeat=1s"}, {"watch-gateway", "heartbeat=5m"},
 	} {
 		h.template(t, c.chart, "--set", c.set)
+	}
+}
+
+// alertMetrics renders chart's PrometheusRule and returns its alerts (name → runbook_url) and
+// the agentplane_* series their expressions read.
+func alertMetrics(t *testing.T, h *helmEnv, chart string) (map[string]string, []string) {
+	t.Helper()
+	rules := kind(objects(t, h, chart, "--set", "metrics.prometheusRule.enabled=true"), "PrometheusRule")
+	if len(rules) != 1 {
+		t.Fatalf("%s: %d PrometheusRules", chart, len(rules))
+	}
+	alerts := map[string]string{}
+	var series []string
+	seen := map[string]bool{}
+	name := regexp.MustCompile(`agentplane_[a-z_]+`)
+	for _, g := range at(rules[0], "spec", "groups").([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			rule := r.(map[string]any)
+			alerts[fmt.Sprint(rule["alert"])] = fmt.Sprint(at(rule, "annotations", "runbook_url"))
+			for _, m := range name.FindAllString(fmt.Sprint(rule["expr"]), -1) {
+				if !seen[m] {
+					seen[m] = true
+					series = append(series, m)
+				}
+			}
+		}
+	}
+	return alerts, series
+}
+
+// TestServiceMonitorsAndAlerts (#13 item 7, in part): off by default; on, a ServiceMonitor on the
+// metrics port and a PrometheusRule whose every alert links to its section of docs/runbooks.md.
+// (The series the alerts read are checked against a live scrape in TestLocalControlPlane.)
+func TestServiceMonitorsAndAlerts(t *testing.T) {
+	h := newHelmEnv(t)
+	runbooks, err := os.ReadFile(filepath.Join(h.root, "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(runbooks), "\n") {
+		if title, ok := strings.CutPrefix(line, "## "); ok {
+			anchors[strings.ToLower(strings.ReplaceAll(strings.TrimSpace(title), " ", "-"))] = true
+		}
+	}
+	for _, sc := range serviceCharts {
+		t.Run(sc.name, func(t *testing.T) {
+			def := objects(t, h, sc.name)
+			if len(kind(def, "ServiceMonitor"))+len(kind(def, "PrometheusRule")) != 0 {
+				t.Fatal("Prometheus Operator objects rendered by default")
+			}
+			sm := kind(objects(t, h, sc.name, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prom"), "ServiceMonitor")
+			if len(sm) != 1 || at(sm[0], "spec", "endpoints", "0", "port") != "metrics" || at(sm[0], "metadata", "labels", "release") != "prom" {
+				t.Fatalf("ServiceMonitor %v", sm)
+			}
+			alerts, series := alertMetrics(t, h, sc.name)
+			if len(alerts) < 2 || len(series) == 0 {
+				t.Fatalf("alerts %v reading %v: want the shared one and at least one of the service's own", alerts, series)
+			}
+			for alert, url := range alerts {
+				_, anchor, _ := strings.Cut(url, "#")
+				if !strings.HasSuffix(strings.Split(url, "#")[0], "docs/runbooks.md") || !anchors[anchor] || anchor != strings.ToLower(alert) {
+					t.Errorf("alert %s: runbook_url %q has no section in docs/runbooks.md", alert, url)
+				}
+			}
+		})
 	}
 }

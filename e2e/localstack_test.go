@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -516,6 +517,27 @@ spec:
 		}
 		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "default", "status", "--transport", "grpc"); err == nil || !strings.Contains(out, "no watch-gateway Service") {
 			t.Fatalf("no gateway in the namespace: %v\n%s", err, out)
+		}
+	})
+
+	// Every series an alert of the charts reads is one the running service exports, from its
+	// first scrape (vectors are initialised at start, so rate() and increase() see the first
+	// event).
+	t.Run("the charts' alerts read series the services export", func(t *testing.T) {
+		h := newHelmEnv(t)
+		for _, sc := range serviceCharts {
+			_, series := alertMetrics(t, h, sc.name)
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", servicePorts[sc.name][1]+offset))
+			if err != nil {
+				t.Fatalf("%s /metrics: %v", sc.name, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, m := range series {
+				if !strings.Contains(string(b), "\n# TYPE "+m+" ") {
+					t.Errorf("%s's alerts read %s, which its /metrics does not export", sc.name, m)
+				}
+			}
 		}
 	})
 

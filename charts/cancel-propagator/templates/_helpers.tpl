@@ -127,3 +127,18 @@ charts/_shared, includes them).
             secretName: {{ .Values.backendTLS.secretName | quote }}
         {{- end }}
 {{- end }}
+
+{{/*
+This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+*/}}
+{{- define "cancel-propagator.alerts" -}}
+- alert: AgentplaneCancelTimedOut
+  expr: "sum(increase(agentplane_cancel_propagator_cancels_total{outcome=\"CancelTimedOut\"}[15m])) > 0"
+  for: 0m
+  labels:
+    severity: warning
+  annotations:
+    summary: "A cancel did not finish within its timeout"
+    description: "cancel-propagator gave up waiting for a cancelled run's children to stop (CancelTimedOut): Jobs, pods or Workflows may still be running."
+    runbook_url: {{ printf "%s#agentplanecanceltimedout" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+{{- end }}

@@ -126,3 +126,18 @@ charts/_shared, includes them).
             secretName: {{ .Values.tls.clientCA.secretName | quote }}
         {{- end }}
 {{- end }}
+
+{{/*
+This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+*/}}
+{{- define "event-emitter.alerts" -}}
+- alert: AgentplaneEventEmitterFallback
+  expr: "max(agentplane_events_fallback_active) == 1"
+  for: 10m
+  labels:
+    severity: warning
+  annotations:
+    summary: "event-emitter rate limits in-process (Redis unreachable)"
+    description: "event-emitter has not reached Redis for 10 minutes: each replica limits events on its own, so the per-object bound is multiplied by the replica count."
+    runbook_url: {{ printf "%s#agentplaneeventemitterfallback" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+{{- end }}

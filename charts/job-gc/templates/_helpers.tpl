@@ -119,3 +119,18 @@ charts/_shared, includes them).
             secretName: {{ .Values.backendTLS.secretName | quote }}
         {{- end }}
 {{- end }}
+
+{{/*
+This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+*/}}
+{{- define "job-gc.alerts" -}}
+- alert: AgentplaneWorkflowJobMissing
+  expr: "sum by (namespace) (increase(agentplane_job_gc_missing_jobs_total[15m])) > 0"
+  for: 0m
+  labels:
+    severity: warning
+  annotations:
+    summary: "AgentRuns lost their Job (WorkflowJobMissing)"
+    description: "job-gc found AgentRuns whose Job is gone before its outcome was recorded; they fail with WorkflowJobMissing after the grace period."
+    runbook_url: {{ printf "%s#agentplaneworkflowjobmissing" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+{{- end }}

@@ -151,3 +151,18 @@ charts/_shared, includes them).
             secretName: {{ .Values.backendTLS.secretName | quote }}
         {{- end }}
 {{- end }}
+
+{{/*
+This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+*/}}
+{{- define "run-controller.alerts" -}}
+- alert: AgentplaneReconcileErrors
+  expr: "sum by (kind) (rate(agentplane_run_controller_reconcile_errors_total[5m])) > 0.1"
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: "run-controller keeps failing reconciles"
+    description: "run-controller has retried failing reconciles for 15 minutes: runs are not progressing."
+    runbook_url: {{ printf "%s#agentplanereconcileerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+{{- end }}

@@ -108,3 +108,18 @@ charts/_shared, includes them).
             secretName: {{ .Values.tls.clientCA.secretName | quote }}
         {{- end }}
 {{- end }}
+
+{{/*
+This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+*/}}
+{{- define "status-writer.alerts" -}}
+- alert: AgentplaneStatusWriteErrors
+  expr: "sum(rate(agentplane_status_writes_total{outcome=\"error\"}[5m])) > 0"
+  for: 10m
+  labels:
+    severity: warning
+  annotations:
+    summary: "status-writer fails status writes"
+    description: "status-writer answered status writes with an error for 10 minutes: the API server refuses or times out its patches; runs' statuses lag."
+    runbook_url: {{ printf "%s#agentplanestatuswriteerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+{{- end }}

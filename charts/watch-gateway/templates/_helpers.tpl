@@ -126,3 +126,18 @@ charts/_shared, includes them).
             secretName: {{ .Values.tls.clientCA.secretName | quote }}
         {{- end }}
 {{- end }}
+
+{{/*
+This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+*/}}
+{{- define "watch-gateway.alerts" -}}
+- alert: AgentplaneWatchStreamErrors
+  expr: "sum(rate(agentplane_watch_stream_errors_total[5m])) > 1"
+  for: 10m
+  labels:
+    severity: warning
+  annotations:
+    summary: "Status watches keep ending in errors"
+    description: "watch-gateway has ended more than one status watch per second with an error for 10 minutes: clients reconnect in a loop."
+    runbook_url: {{ printf "%s#agentplanewatchstreamerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+{{- end }}

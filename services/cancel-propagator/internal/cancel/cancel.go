@@ -145,6 +145,11 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 			Help: "Children a cancel terminated, by kind (AgentRun: cancel set; Job: suspended and deleted; Pod: deleted; Workflow: shut down and deleted).",
 		}, []string{"kind"}),
 	}
+	for _, kind := range []string{kindOR, kindAR} { // series exist before the first cancel, for alerts
+		for _, outcome := range []string{reasons.Cancelled, reasons.CancelTimedOut, reasons.CancelIgnoredTerminal, reasons.CancelDisabled} {
+			p.cancels.WithLabelValues(kind, outcome)
+		}
+	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(p.cancels, p.duration, p.stopped)
 	}

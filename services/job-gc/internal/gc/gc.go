@@ -127,6 +127,11 @@ func New(cfg Config, d Deps) (*GC, error) {
 			Name: "agentplane_job_gc_missing_job_failures_total", Help: "AgentRuns failed with WorkflowJobMissing after the grace period, by namespace.",
 		}, []string{"namespace"}),
 	}
+	// Every namespace's series exists from the start, so alerts on increase() see the first one.
+	for _, ns := range cfg.Namespaces {
+		g.missing.WithLabelValues(ns)
+		g.failed.WithLabelValues(ns)
+	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(g.released, g.deletions, g.missing, g.failed,
 			holdCollector{g},

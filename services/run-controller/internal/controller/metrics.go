@@ -39,6 +39,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason", "outcome"}),
 		reg: reg,
 	}
+	for _, kind := range []string{"AgentRun", "OrchestrationRun"} { // series exist before the first error, for alerts
+		m.reconcileErrs.WithLabelValues(kind)
+	}
 	if reg != nil {
 		reg.MustRegister(m.reconciles, m.reconcileErrs, m.jobsCreated, m.statusWrites, m.events)
 	}

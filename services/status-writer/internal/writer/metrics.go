@@ -39,6 +39,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests that shared an API write with an earlier request for the same object, by kind.",
 		}, []string{"kind"}),
 	}
+	// The error series exist from the start, so alerts on rate() see the first failed write.
+	for kind := range kinds {
+		m.writes.WithLabelValues(kind, "error")
+	}
 	reg.MustRegister(m.writes, m.latency, m.apiWrites, m.conflicts, m.coalesced)
 	return m
 }

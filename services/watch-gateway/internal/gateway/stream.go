@@ -86,6 +86,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_reviews_total",
 			Help: "TokenReviews (kind=token) and SubjectAccessReviews (kind=access) sent to the API server; cached decisions are not counted."}, []string{"kind"}),
 	}
+	// The error series exist from the start, so alerts on rate() see the first error.
+	for _, tr := range [][2]string{{"sse", "access"}, {"sse", "write"}, {"sse", "lagged"}, {"grpc", "access"}, {"grpc", "send"}, {"grpc", "lagged"}} {
+		m.errors.WithLabelValues(tr[0], tr[1])
+	}
 	reg.MustRegister(m.active, m.errors, m.Dispatch, m.denied, m.Reviews)
 	return m
 }
