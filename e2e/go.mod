@@ -7,6 +7,7 @@ require (
 	github.com/agentplane/agentplane/proto v0.0.0
 	github.com/moby/moby/api v1.56.1
 	github.com/testcontainers/testcontainers-go v0.45.0
+	go.starlark.net v0.0.0-20260908191801-89a6a09411d5
 	google.golang.org/grpc v1.85.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
