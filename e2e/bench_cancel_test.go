@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/libs/testenv"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +102,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	for round := range b.N {
 		// Baseline: 100 running Jobs deleted directly.
 		sel := fmt.Sprintf("bench=direct-%d", round)
-		parallel(b, n, 32, func(i int) error {
+		testenv.Parallel(b, n, 32, func(i int) error {
 			_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("direct-%d-%03d", round, i), Labels: map[string]string{"bench": fmt.Sprintf("direct-%d", round)}},
 				Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
@@ -117,7 +118,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		parallel(b, len(l.Items), 32, func(i int) error {
+		testenv.Parallel(b, len(l.Items), 32, func(i int) error {
 			return kc.BatchV1().Jobs("agents").Delete(ctx, l.Items[i].Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 		})
 		waitFor("direct Jobs and pods gone", func() bool { return count(sel, false) == 0 })

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/libs/testenv"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,7 +83,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 
 	// Baseline: the same Jobs, created directly.
 	start := time.Now()
-	parallel(b, runs, 32, func(i int) error {
+	testenv.Parallel(b, runs, 32, func(i int) error {
 		_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("direct-%04d", i), Labels: map[string]string{"bench": "direct"}},
 			Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
@@ -122,7 +123,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	runsRes := dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agentruns"}).Namespace("agents")
 	b.ResetTimer()
 	start = time.Now()
-	parallel(b, runs, 32, func(i int) error {
+	testenv.Parallel(b, runs, 32, func(i int) error {
 		_, err := runsRes.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun",
 			"metadata": map[string]any{"name": fmt.Sprintf("run-%04d", i), "annotations": map[string]any{"agentplane.dev/simulate-duration": "600s"}},

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -115,26 +114,4 @@ func kubectlStdin(ctx context.Context, t *testing.T, kubectl, kubeconfig, manife
 	cmd.Stdin = strings.NewReader(manifest)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// parallel runs fn for 0..n-1, width at a time, and fails tb with the errors once all are done.
-func parallel(tb testing.TB, n, width int, fn func(i int) error) {
-	tb.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, width)
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := fn(i); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
-	}
 }

@@ -74,7 +74,7 @@ func TestJobResultsSurviveTTLZero(t *testing.T) {
 	}
 	create := func(prefix string, n int, ann map[string]string) {
 		t.Helper()
-		parallel(t, n, 16, func(i int) error {
+		testenv.Parallel(t, n, 16, func(i int) error {
 			md := map[string]any{"name": fmt.Sprintf("%s-%03d", prefix, i), "labels": map[string]any{"batch": prefix}}
 			if ann != nil {
 				a := map[string]any{}

@@ -153,17 +153,14 @@ func exempt(method string) bool { return strings.HasPrefix(method, "/grpc.health
 // Guard authenticates and authorizes every call of a gRPC server but health checks.
 type Guard struct {
 	auth      ServerAuth
-	mode      Mode
-	reviewer  *Reviewer
-	callers   Callers
-	audiences []string
+	reviewer  *Reviewer // token mode
 	decisions *prometheus.CounterVec
 }
 
 // NewGuard builds the guard of a, reviewing tokens with kc and counting decisions and reviews
 // in reg (agentplane_grpc_auth_decisions_total, agentplane_grpc_auth_reviews_total).
 func NewGuard(a ServerAuth, kc kubernetes.Interface, reg prometheus.Registerer, o ReviewerOptions) *Guard {
-	g := &Guard{auth: a, mode: a.Mode, callers: a.Callers, audiences: a.Audiences,
+	g := &Guard{auth: a,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_grpc_auth_decisions_total",
 			Help: "Calls checked by the server's authentication, by result: allowed, unauthenticated, forbidden or unavailable.",
@@ -238,7 +235,7 @@ type identifiedStream struct {
 func (s *identifiedStream) Context() context.Context { return s.ctx }
 
 func (g *Guard) admit(ctx context.Context, method string) (context.Context, error) {
-	if g.mode == None || exempt(method) {
+	if g.auth.Mode == None || exempt(method) {
 		return ctx, nil
 	}
 	user, err := g.identify(ctx)
@@ -266,7 +263,7 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 }
 
 func (g *Guard) identify(ctx context.Context) (string, error) {
-	if g.mode == MTLS {
+	if g.auth.Mode == MTLS {
 		p, ok := peer.FromContext(ctx)
 		var info credentials.TLSInfo
 		if ok {
@@ -279,8 +276,8 @@ func (g *Guard) identify(ctx context.Context) (string, error) {
 		if user == "" {
 			return "", &Error{Kind: Unauthenticated, Msg: "the client certificate has no subject common name: issue it with CN=system:serviceaccount:<namespace>:<name>"}
 		}
-		if !g.callers.Allowed(user) {
-			return user, g.callers.refuse(user, "this service")
+		if !g.auth.Callers.Allowed(user) {
+			return user, g.auth.Callers.refuse(user, "this service")
 		}
 		return user, nil
 	}

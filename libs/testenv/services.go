@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -162,4 +163,26 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s: not within %s: %v", what, timeout, err)
+}
+
+// Parallel runs fn for 0..n-1, width at a time, and fails tb with the errors once all are done.
+func Parallel(tb testing.TB, n, width int, fn func(i int) error) {
+	tb.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, width)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(i); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
 }

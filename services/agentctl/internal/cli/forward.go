@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,8 +32,9 @@ func forwardToPod(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface
 	url := kc.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("portforward").URL()
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
 	stopCh, readyCh := make(chan struct{}), make(chan struct{})
-	var errOut bytes.Buffer
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(int(port))}, stopCh, readyCh, nil, &syncWriter{w: &errOut})
+	// Errors of single forwarded connections reach client-go's error handler (klog, shown with
+	// --debug); agentctl reports the forward's own failure below.
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(int(port))}, stopCh, readyCh, nil, nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -62,17 +62,6 @@ func forwardToPod(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface
 		return "", nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %v", namespace, pod, err)
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), stop, nil
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // readyPod returns a Running, Ready pod among those selector matches in namespace, with the

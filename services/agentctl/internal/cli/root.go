@@ -70,9 +70,9 @@ func newRootCommand(stdout, stderr io.Writer) (*cobra.Command, *bool) {
 	root.SetErr(stderr)
 	g.flags.AddFlags(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(ExitUsage, err) })
-	_ = root.RegisterFlagCompletionFunc("context", kubeconfigCompletion(g, func(c *clientcmdRaw) []string { return keys(c.Contexts) }))
-	_ = root.RegisterFlagCompletionFunc("cluster", kubeconfigCompletion(g, func(c *clientcmdRaw) []string { return keys(c.Clusters) }))
-	_ = root.RegisterFlagCompletionFunc("user", kubeconfigCompletion(g, func(c *clientcmdRaw) []string { return keys(c.AuthInfos) }))
+	_ = root.RegisterFlagCompletionFunc("context", kubeconfigCompletion(g, func(c *clientcmdapi.Config) []string { return keys(c.Contexts) }))
+	_ = root.RegisterFlagCompletionFunc("cluster", kubeconfigCompletion(g, func(c *clientcmdapi.Config) []string { return keys(c.Clusters) }))
+	_ = root.RegisterFlagCompletionFunc("user", kubeconfigCompletion(g, func(c *clientcmdapi.Config) []string { return keys(c.AuthInfos) }))
 	_ = root.RegisterFlagCompletionFunc("namespace", namespaceCompletion(g))
 	root.AddCommand(newVersionCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newJobsCommand(g), newCancelCommand(g))
 	// Notices about flags (deprecations) go to stderr, never into output a script parses.
@@ -87,8 +87,6 @@ func newRootCommand(stdout, stderr io.Writer) (*cobra.Command, *bool) {
 	return root, &ran
 }
 
-type clientcmdRaw = clientcmdapi.Config
-
 func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -99,7 +97,7 @@ func keys[V any](m map[string]V) []string {
 }
 
 // kubeconfigCompletion completes a flag from the names in the kubeconfig.
-func kubeconfigCompletion(g *globalOptions, names func(*clientcmdRaw) []string) cobra.CompletionFunc {
+func kubeconfigCompletion(g *globalOptions, names func(*clientcmdapi.Config) []string) cobra.CompletionFunc {
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		raw, err := g.clientConfig().RawConfig()
 		if err != nil {

@@ -5,7 +5,6 @@ package gc
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 // BenchmarkGCFiveThousandFinishedJobs measures job-gc releasing 5,000 finished Jobs that were
@@ -41,27 +41,6 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 	svcCfg := *env.Config
 	svcCfg.QPS, svcCfg.Burst = 100, 200 // libs/config's defaults for every service
 	measured := kubernetes.NewForConfigOrDie(&svcCfg)
-	parallel := func(count, width int, fn func(i int) error) {
-		var wg sync.WaitGroup
-		errs := make(chan error, count)
-		sem := make(chan struct{}, width)
-		for i := range count {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := fn(i); err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-	}
 	newNS := func() string {
 		ns := fmt.Sprintf("bench-%d", nsSerial.Add(1))
 		if _, err := setup.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -103,7 +82,7 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 	for range b.N {
 		// Baseline: list the Jobs and delete each directly.
 		dns := newNS()
-		parallel(n, 64, func(i int) error {
+		testenv.Parallel(b, n, 64, func(i int) error {
 			_, err := setup.BatchV1().Jobs(dns).Create(ctx, job(dns, fmt.Sprintf("j-%04d", i), nil), metav1.CreateOptions{})
 			return err
 		})
@@ -112,7 +91,7 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		parallel(len(l.Items), workers, func(i int) error {
+		testenv.Parallel(b, len(l.Items), workers, func(i int) error {
 			return measured.BatchV1().Jobs(dns).Delete(ctx, l.Items[i].Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 		})
 		waitGone(dns)
@@ -121,7 +100,7 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 		// job-gc: finished runs, their held Jobs marked for deletion.
 		gns := newNS()
 		now := metav1.Now()
-		parallel(n, 64, func(i int) error {
+		testenv.Parallel(b, n, 64, func(i int) error {
 			ar := &agentsv1alpha1.AgentRun{
 				TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun"},
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("r-%04d", i), Namespace: gns},
