@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -78,7 +76,7 @@ func (g *grpcSource) stream(ctx context.Context, cursor string, followOnly bool,
 	for {
 		ev, err := s.Recv()
 		if err != nil {
-			if ctx.Err() != nil || deadlineReached(ctx, err) {
+			if ctx.Err() != nil || deadlineReached(ctx) {
 				return nil
 			}
 			return err
@@ -88,11 +86,12 @@ func (g *grpcSource) stream(ctx context.Context, cursor string, followOnly bool,
 	}
 }
 
-// deadlineReached reports a stream ended by the server at the call's deadline (--timeout), which
-// can arrive a moment before the client's own context notices.
-func deadlineReached(ctx context.Context, err error) bool {
+// deadlineReached reports a stream that ended within a second of the call's deadline (--timeout):
+// the server ends it there (DEADLINE_EXCEEDED, or a plain end of stream) a moment before the
+// client's own context notices. The watch held until its timeout; it is not a disconnect.
+func deadlineReached(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
-	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < time.Second
+	return ok && time.Until(dl) < time.Second
 }
 
 func fromProto(items []*jangarv1.ControlPlaneStatusItem) []health.Item {
