@@ -412,21 +412,32 @@ func TestTwoReplicasCancelOnce(t *testing.T) {
 		}
 		return nil
 	})
-	total := 0.0
-	for _, s := range replicas {
-		resp, err := http.Get("http://" + s.MetricsAddr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, l := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(l, `agentplane_cancel_propagator_cancels_total{kind="AgentRun",outcome="Cancelled"}`) {
-				v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-				total += v
+	// The count is taken after the status write the test waited for: scrape until it shows.
+	count := func() float64 {
+		total := 0.0
+		for _, s := range replicas {
+			resp, err := http.Get("http://" + s.MetricsAddr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, l := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(l, `agentplane_cancel_propagator_cancels_total{kind="AgentRun",outcome="Cancelled"}`) {
+					v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+					total += v
+				}
 			}
 		}
+		return total
 	}
+	testenv.Eventually(t, 10*time.Second, "the cancel counted", func() error {
+		if count() == 0 {
+			return fmt.Errorf("no replica counted it yet")
+		}
+		return nil
+	})
+	total := count()
 	if total != 1 {
 		t.Errorf("two replicas counted %v cancels, want 1", total)
 	}
