@@ -184,8 +184,8 @@ test-integration: envtest-bin ## Integration tests against a real kube-apiserver
 	CGO_ENABLED=1 go test -race -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-e2e
-test-e2e: tools build ## End-to-end: the local control plane (Jobs complete, TTL deletes them) and service containers via testcontainers.
-	cd e2e && go test -count=1 -tags e2e -timeout 30m -v ./...
+test-e2e: tools tools-jaeger build ## End-to-end: the local control plane, service containers, and the whole system in containers with Jaeger (testcontainers; AGENTPLANE_E2E_SKIP_SYSTEM=1 skips the latter).
+	cd e2e && go test -count=1 -tags e2e -timeout 50m -v ./...
 
 .PHONY: test-fuzz
 test-fuzz: ## A short fuzz run of the secret redactor (20s), part of `make test`.
@@ -203,8 +203,8 @@ bench: tools build ## Benchmarks; each figure is printed as a ratio against a ba
 ##@ Local control plane
 
 .PHONY: up
-up: deps tools build ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis and every service locally (no cluster, no Docker).
-	@LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) hack/local/up.sh
+up: deps tools build ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis, every service (and Jaeger once `make tools-jaeger` built it) locally (no cluster, no Docker).
+	@LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) JAEGER=$(JAEGER) hack/local/up.sh
 
 .PHONY: down
 down: ## Stop everything `make up` started.

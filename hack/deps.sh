@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages agentplane's tests and local stack use: redis-server (Redis for
 # event-emitter and the tests), openssl (keys for the local kube-apiserver), curl, and gcc (the
-# race detector, which `make test` runs the unit and integration tiers under, needs cgo), and
-# ca-certificates (the CA bundle `make images` puts in every image).
+# race detector, which `make test` runs the unit and integration tiers under, needs cgo),
+# ca-certificates (the CA bundle `make images` puts in every image), and jq (the README reads
+# Jaeger's API with it).
 set -euo pipefail
 
 need=()
@@ -11,6 +12,7 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -23,6 +23,11 @@ SCHEDULER_PORT=$(port SCHEDULER 20259)
 KWOK_PORT=$(port KWOK 20247)
 REDIS_PORT=$(port REDIS 16379)
 WATCH_HTTP_PORT=$(port WATCH_GATEWAY_HTTP 18101)
+JAEGER_OTLP_GRPC_PORT=$(port JAEGER_OTLP_GRPC 14317)
+JAEGER_OTLP_HTTP_PORT=$(port JAEGER_OTLP_HTTP 14318)
+JAEGER_UI_PORT=$(port JAEGER_UI 16686)
+JAEGER_QUERY_GRPC_PORT=$(port JAEGER_QUERY_GRPC 16685)
+JAEGER_HEALTH_PORT=$(port JAEGER_HEALTH 13133)
 
 # name grpc-port metrics-port, in start order.
 SERVICE_TABLE="status-writer $(port STATUS_WRITER_GRPC 50052) $(port STATUS_WRITER_METRICS 9102)
@@ -33,7 +38,7 @@ run-controller $(port RUN_CONTROLLER_GRPC 50056) $(port RUN_CONTROLLER_METRICS 9
 watch-gateway $(port WATCH_GATEWAY_GRPC 50051) $(port WATCH_GATEWAY_METRICS 9101)"
 
 # Components in start order; down.sh stops them in reverse.
-COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok redis $(echo "$SERVICE_TABLE" | awk '{printf "%s ", $1}')"
+COMPONENTS="jaeger etcd kube-apiserver kube-controller-manager kube-scheduler kwok redis $(echo "$SERVICE_TABLE" | awk '{printf "%s ", $1}')"
 
 # alive PID: running, and not a zombie waiting for its new parent to reap it.
 alive() {

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Starts a real local control plane as plain processes, with no cluster and no Docker:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (one fake node that runs
-# Pods and completes Job pods), redis-server, and every agentplane service. Running it again
-# starts only what is not running. `make up` calls it with the tool paths; `make down` undoes it.
+# Pods and completes Job pods), redis-server, every agentplane service, and Jaeger when
+# `make tools-jaeger` has built it. Running it again starts only what is not running. `make up`
+# calls it with the tool paths; `make down` undoes it.
+#
+# Knobs besides the ports (lib.sh): AGENTPLANE_CONTROL_PLANE_ONLY=1 starts the Kubernetes part
+# only (no Redis, Jaeger or services: the e2e system suite runs those as containers);
+# AGENTPLANE_APISERVER_BIND_ADDRESS (127.0.0.1) is where kube-apiserver listens;
+# AGENTPLANE_APISERVER_OTLP_ENDPOINT (host:port, OTLP gRPC) makes kube-apiserver export its spans
+# there (the local Jaeger's when it runs).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -22,6 +29,15 @@ command -v curl >/dev/null || die "curl is missing: run 'make deps'"
 while read -r svc _ _; do
   [ -x "$SERVICES_BIN/$svc" ] || die "$SERVICES_BIN/$svc is missing: run 'make build'"
 done <<<"$SERVICE_TABLE"
+
+CONTROL_PLANE_ONLY=${AGENTPLANE_CONTROL_PLANE_ONLY:-0}
+APISERVER_BIND=${AGENTPLANE_APISERVER_BIND_ADDRESS:-127.0.0.1}
+APISERVER_OTLP=${AGENTPLANE_APISERVER_OTLP_ENDPOINT:-}
+WITH_JAEGER=0
+if [ "$CONTROL_PLANE_ONLY" != 1 ] && [ -n "${JAEGER:-}" ] && [ -x "$JAEGER" ]; then
+  WITH_JAEGER=1
+  APISERVER_OTLP=${APISERVER_OTLP:-127.0.0.1:$JAEGER_OTLP_GRPC_PORT}
+fi
 
 mkdir -p "$RUN_DIR" "$LOG_DIR" "$PKI_DIR" "$LOCAL_DIR/etcd"
 KUBECTL=("$KUBE_DIR/kubectl" --kubeconfig "$KUBECONFIG_FILE")
@@ -100,6 +116,26 @@ current-context: agentplane-local
 EOF
 chmod 600 "$KUBECONFIG_FILE"
 
+if [ "$WITH_JAEGER" = 1 ]; then
+  echo ">> jaeger"
+  start jaeger "$JAEGER_OTLP_GRPC_PORT" env JAEGER_LISTEN_HOST=127.0.0.1 JAEGER_OTLP_GRPC_PORT="$JAEGER_OTLP_GRPC_PORT" \
+    JAEGER_OTLP_HTTP_PORT="$JAEGER_OTLP_HTTP_PORT" JAEGER_UI_PORT="$JAEGER_UI_PORT" JAEGER_QUERY_GRPC_PORT="$JAEGER_QUERY_GRPC_PORT" \
+    JAEGER_HEALTH_PORT="$JAEGER_HEALTH_PORT" "$JAEGER" --config "$HERE/jaeger.yaml"
+  wait_for jaeger 60 http_ok "http://127.0.0.1:$JAEGER_HEALTH_PORT/status"
+fi
+# kube-apiserver traces its requests (W3C trace context from the services' clients joins them to
+# the services' traces) when an OTLP endpoint is known.
+tracing_args=()
+if [ -n "$APISERVER_OTLP" ]; then
+  cat >"$LOCAL_DIR/apiserver-tracing.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: TracingConfiguration
+endpoint: $APISERVER_OTLP
+samplingRatePerMillion: 1000000
+EOF
+  tracing_args=(--tracing-config-file "$LOCAL_DIR/apiserver-tracing.yaml")
+fi
+
 echo ">> control plane"
 start etcd "$ETCD_PORT" "$ETCD" --name agentplane-local --data-dir "$LOCAL_DIR/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -110,7 +146,7 @@ wait_for etcd 30 port_taken "$ETCD_PORT"
 
 start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+  --bind-address "$APISERVER_BIND" --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
   --endpoint-reconciler-type none \
   --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
   --client-ca-file "$PKI_DIR/ca.crt" \
@@ -118,7 +154,7 @@ start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
-  --kubelet-preferred-address-types InternalIP
+  --kubelet-preferred-address-types InternalIP "${tracing_args[@]}"
 wait_for kube-apiserver 120 "${KUBECTL[@]}" get --raw /readyz
 
 start kube-controller-manager "$KCM_PORT" "$KUBE_DIR/kube-controller-manager" \
@@ -202,6 +238,21 @@ svc_auth() {
   esac
 }
 
+if [ "$CONTROL_PLANE_ONLY" = 1 ]; then
+  cat <<EOF
+
+The local control plane is up without Redis or services (AGENTPLANE_CONTROL_PLANE_ONLY=1; state in $LOCAL_DIR).
+  export KUBECONFIG=$KUBECONFIG_FILE
+EOF
+  exit 0
+fi
+
+# Every service exports its spans to the local Jaeger when it runs (OTLP over HTTP).
+otel_env=()
+if [ "$WITH_JAEGER" = 1 ]; then
+  otel_env=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$JAEGER_OTLP_HTTP_PORT")
+fi
+
 echo ">> redis and services"
 start redis "$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$LOCAL_DIR"
 wait_for redis 15 port_taken "$REDIS_PORT"
@@ -215,7 +266,7 @@ while read -r svc grpc_port metrics_port; do
     JANGAR_AGENTS_CONTROLLER_NAMESPACES="$NAMESPACE" JANGAR_GRPC_HOST=127.0.0.1 JANGAR_GRPC_PORT="$grpc_port" \
     JANGAR_METRICS_ADDR="127.0.0.1:$metrics_port" JANGAR_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
     JANGAR_STATUS_WRITER_ADDR="127.0.0.1:$(grpc_of status-writer)" JANGAR_EVENT_EMITTER_ADDR="127.0.0.1:$(grpc_of event-emitter)" \
-    $(svc_auth "$svc") "$SERVICES_BIN/$svc"
+    "${otel_env[@]}" $(svc_auth "$svc") "$SERVICES_BIN/$svc"
 done <<<"$SERVICE_TABLE"
 while read -r svc _ metrics_port; do
   wait_for "$svc" 30 http_ok "http://127.0.0.1:$metrics_port/readyz"
@@ -232,6 +283,7 @@ agentplane is up (state in $LOCAL_DIR).
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
 Control-plane health stream: curl -N http://127.0.0.1:$WATCH_HTTP_PORT/api/agents/control-plane/status/stream
+$(if [ "$WITH_JAEGER" = 1 ]; then echo "Traces (every service and kube-apiserver): Jaeger UI http://127.0.0.1:$JAEGER_UI_PORT"; else echo "Tracing is off: 'make tools-jaeger', then 'make down' and 'make up', starts Jaeger and sends every service's spans to it."; fi)
 status-writer and event-emitter accept only the controllers' ServiceAccount tokens ($TOKEN_DIR).
 Logs are in $LOG_DIR; 'make down' stops everything.
 EOF

@@ -27,3 +27,22 @@ func TestVerbOfTellsOneObjectFromACollection(t *testing.T) {
 		}
 	}
 }
+
+func TestRouteKeepsSpanNamesFew(t *testing.T) {
+	for in, want := range map[string]string{
+		"/apis/agents.proompteng.ai/v1alpha1/namespaces/agents/agentruns/hello/status": "/apis/agents.proompteng.ai/v1alpha1/namespaces/{namespace}/agentruns/{name}/status",
+		"/apis/agents.proompteng.ai/v1alpha1/namespaces/agents/agentruns":              "/apis/agents.proompteng.ai/v1alpha1/namespaces/{namespace}/agentruns",
+		"/api/v1/namespaces/agents/events":                                             "/api/v1/namespaces/{namespace}/events",
+		"/api/v1/namespaces/agents/events/run.1789":                                    "/api/v1/namespaces/{namespace}/events/{name}",
+		"/api/v1/namespaces/agents":                                                    "/api/v1/namespaces/{namespace}",
+		"/apis/batch/v1/jobs":                                                          "/apis/batch/v1/jobs",
+		"/apis/authentication.k8s.io/v1/tokenreviews":                                  "/apis/authentication.k8s.io/v1/tokenreviews",
+		"/api/v1/nodes/kwok-node-0":                                                    "/api/v1/nodes/{name}",
+		"/version":                                                                     "/version",
+		"/apis":                                                                        "/apis",
+	} {
+		if got := Route(in); got != want {
+			t.Errorf("Route(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

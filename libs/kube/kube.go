@@ -6,6 +6,7 @@ package kube
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,9 +66,35 @@ func RESTConfig(path, userAgent string) (*rest.Config, error) {
 func Instrument(cfg *rest.Config) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return otelhttp.NewTransport(rt, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			return "k8s " + r.Method + " " + r.URL.Path
+			return "k8s " + r.Method + " " + Route(r.URL.Path)
 		}))
 	})
+}
+
+// Route is an API server request path with the namespace and the object's name replaced by
+// placeholders, so span names stay few (the full path is still the span's url.path):
+// /apis/agents.proompteng.ai/v1alpha1/namespaces/agents/agentruns/hello/status becomes
+// /apis/agents.proompteng.ai/v1alpha1/namespaces/{namespace}/agentruns/{name}/status.
+func Route(path string) string {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	var rest []string // what follows the group and version
+	switch {
+	case len(seg) >= 2 && seg[0] == "api":
+		rest = seg[2:]
+	case len(seg) >= 3 && seg[0] == "apis":
+		rest = seg[3:]
+	default:
+		return path
+	}
+	if len(rest) >= 2 && rest[0] == "namespaces" {
+		rest[1] = "{namespace}"
+		rest = rest[2:]
+	}
+	// rest is now [resource [name [subresource...]]]; a namespace's own path is namespaces/{name}.
+	if len(rest) >= 2 {
+		rest[1] = "{name}"
+	}
+	return "/" + strings.Join(seg, "/")
 }
 
 // Clients are the typed and dynamic clients a service talks to the API server with.

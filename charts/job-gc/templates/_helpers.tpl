@@ -9,6 +9,10 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
 - name: POD_NAMESPACE
   valueFrom:
     fieldRef:
@@ -47,6 +51,10 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Chart.Name | quote }}
 {{- with .Values.otel.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.otel.protocol }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
   value: {{ . | quote }}
 {{- end }}
 - name: JANGAR_LEADER_ELECTION_ENABLED

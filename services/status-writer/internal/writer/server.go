@@ -31,7 +31,7 @@ var _ pb.StatusWriterServer = (*Server)(nil)
 
 // NewServer serves w over gRPC.
 func NewServer(w *Writer) *Server {
-	return &Server{writer: w, tracer: otel.Tracer("github.com/agentplane/agentplane/services/status-writer")}
+	return &Server{writer: w, tracer: otel.Tracer(tracerName)}
 }
 
 // WriteStatus implements pb.StatusWriterServer.

@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,6 +29,8 @@ var (
 	// ErrConflict: the object kept changing under the writer for every attempt.
 	ErrConflict = errors.New("too many conflicting updates")
 )
+
+const tracerName = "github.com/agentplane/agentplane/services/status-writer"
 
 // DefaultFieldManager owns the status fields status-writer writes.
 const DefaultFieldManager = "agentplane-status-writer"
@@ -83,6 +88,9 @@ type call struct {
 	result Result
 	err    error
 	done   chan struct{}
+	// span is the caller's span: the write that carries this call is traced under the first
+	// call's span and linked to the others', so a caller's trace reaches the API server.
+	span trace.SpanContext
 }
 
 // Options configure a Writer.
@@ -128,7 +136,7 @@ func (w *Writer) Write(ctx context.Context, req Request) (Result, error) {
 	if req.FieldManager == "" {
 		req.FieldManager = DefaultFieldManager
 	}
-	c := &call{req: req, kind: k, extra: extra, done: make(chan struct{})}
+	c := &call{req: req, kind: k, extra: extra, done: make(chan struct{}), span: trace.SpanContextFromContext(ctx)}
 	w.enqueue(c)
 	select {
 	case <-c.done:
@@ -224,7 +232,16 @@ func (w *Writer) remember(key objectKey, obj *unstructured.Unstructured) {
 func (w *Writer) writeBatch(key objectKey, batch []*call) {
 	first := batch[0]
 	k := first.kind
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	var links []trace.Link
+	for _, c := range batch[1:] {
+		if c.span.IsValid() {
+			links = append(links, trace.Link{SpanContext: c.span})
+		}
+	}
+	ctx, span := otel.Tracer(tracerName).Start(trace.ContextWithSpanContext(context.Background(), first.span), "Write batch",
+		trace.WithLinks(links...), trace.WithAttributes(attribute.Int("agentplane.batch.size", len(batch))))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res := w.client.Resource(k.resource).Namespace(first.req.Namespace)
 	fail := func(err error) {
