@@ -134,11 +134,12 @@ envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code and the charts' shared templates (charts/_shared).
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code, the charts' shared templates (charts/_shared) and their README values tables.
 	cd libs && $(CONTROLLER_GEN) object paths=./api/...
 	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
 	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
 	hack/gen-charts.sh
+	cd e2e && go run ./cmd/valuesdoc $(addprefix ../charts/,status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway)
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when `make generate` changes the tree (CI runs this).

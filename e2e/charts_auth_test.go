@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -114,7 +115,18 @@ func TestNetworkPolicies(t *testing.T) {
 			if n := len(ofKind(h.template(t, sc.name), "NetworkPolicy")); n != 0 {
 				t.Fatalf("%d NetworkPolicies by default, want none (networkPolicy.enabled=false)", n)
 			}
-			pols := ofKind(h.template(t, sc.name, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")
+			// helm test's probe pod is admitted to gRPC too, when the chart has its test and a
+			// peer list (an empty list admits everyone anyway).
+			withTest := ofKind(h.template(t, sc.name, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")
+			if len(withTest) == 1 && sc.name != "watch-gateway" {
+				testPeer := "map[podSelector:map[matchLabels:map[app.kubernetes.io/component:helm-test app.kubernetes.io/instance:" + sc.name + "]]]"
+				for _, in := range withTest[0].Spec.Ingress {
+					if in.Ports[0].Port == "grpc" && !strings.Contains(fmt.Sprint(in.From), testPeer) {
+						t.Errorf("with tests.enabled the gRPC peers %v lack the helm test pod", in.From)
+					}
+				}
+			}
+			pols := ofKind(h.template(t, sc.name, "--set", "networkPolicy.enabled=true", "--set", "tests.enabled=false"), "NetworkPolicy")
 			if len(pols) != 1 {
 				t.Fatalf("%d NetworkPolicies, want 1", len(pols))
 			}

@@ -211,3 +211,65 @@ func TestServiceMonitorsAndAlerts(t *testing.T) {
 		})
 	}
 }
+
+// TestHelmTestPodProbesTheService (#13 item 8): each chart's `helm test` pod runs the service's own
+// image with `probe` against the Service's gRPC port, is not selected by the Service, and follows
+// the TLS settings; it is absent where no other pod could reach the server. (The e2e system suite
+// runs these pods against the running services: TestWholeSystem/HelmTestPodOfEveryChartPasses.)
+func TestHelmTestPodProbesTheService(t *testing.T) {
+	h := newHelmEnv(t)
+	testPod := func(objs []map[string]any) map[string]any {
+		for _, o := range kind(objs, "Pod") {
+			if at(o, "metadata", "annotations", "helm.sh/hook") == "test" {
+				return o
+			}
+		}
+		return nil
+	}
+	for _, sc := range serviceCharts {
+		t.Run(sc.name, func(t *testing.T) {
+			objs := objects(t, h, sc.name, "-n", "agents")
+			p := testPod(objs)
+			if p == nil {
+				t.Fatal("no helm test pod")
+			}
+			args := fmt.Sprint(at(p, "spec", "containers", "0", "args"))
+			if want := "[probe " + sc.name + ".agents.svc:50051]"; args != want {
+				t.Errorf("args %s, want %s", args, want)
+			}
+			if img, dimg := at(p, "spec", "containers", "0", "image"), at(kind(objs, "Deployment")[0], "spec", "template", "spec", "containers", "0", "image"); img != dimg {
+				t.Errorf("test image %v, the service's %v", img, dimg)
+			}
+			svcSel := at(kind(objs, "Service")[0], "spec", "selector").(map[string]any)
+			labels := at(p, "metadata", "labels").(map[string]any)
+			matches := true
+			for k, v := range svcSel {
+				if labels[k] != v {
+					matches = false
+				}
+			}
+			if matches {
+				t.Errorf("the Service's selector %v picks the test pod %v", svcSel, labels)
+			}
+			if testPod(objects(t, h, sc.name, "--set", "tests.enabled=false")) != nil {
+				t.Error("tests.enabled=false still renders the test pod")
+			}
+		})
+	}
+	// TLS: the CA from the server's Secret and the Service's name; mTLS: a client certificate, or no test.
+	p := testPod(objects(t, h, "status-writer", "-n", "agents", "--set", "tls.secretName=sw-tls"))
+	if args := fmt.Sprint(at(p, "spec", "containers", "0", "args")); args != "[probe --ca-file=/etc/agentplane/tls/ca.crt --server-name=status-writer.agents.svc status-writer.agents.svc:50051]" {
+		t.Errorf("TLS args %s", args)
+	}
+	mtls := []string{"-n", "agents", "--set", "auth.mode=mtls", "--set", "tls.secretName=sw-tls", "--set", "tls.clientCA.secretName=ca"}
+	if testPod(objects(t, h, "status-writer", mtls...)) != nil {
+		t.Error("mtls without tests.clientSecretName renders a test that cannot connect")
+	}
+	p = testPod(objects(t, h, "status-writer", append(mtls, "--set", "tests.clientSecretName=probe-client")...))
+	if args := fmt.Sprint(at(p, "spec", "containers", "0", "args")); !strings.Contains(args, "--cert-file=/etc/agentplane/client/tls.crt --key-file=/etc/agentplane/client/tls.key") {
+		t.Errorf("mTLS args %s", args)
+	}
+	if testPod(objects(t, h, "status-writer", "--set", "auth.mode=none")) != nil {
+		t.Error("auth.mode=none (loopback only) renders a test no pod could pass")
+	}
+}

@@ -27,6 +27,7 @@ import (
 // kube-apiserver: it must serve gRPC health and /readyz, run as a non-root user, and exit 0 on
 // SIGTERM. Containers use the host's network so they reach the loopback API server.
 func TestServiceImages(t *testing.T) {
+	needDocker(t)
 	kube, err := testenv.StartKube()
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +139,7 @@ func TestServiceImages(t *testing.T) {
 
 // TestRedisImage checks the Redis image the e2e suites assemble from the machine's redis-server.
 func TestRedisImage(t *testing.T) {
+	needDocker(t)
 	ctx := context.Background()
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{

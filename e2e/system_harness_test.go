@@ -26,6 +26,7 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -82,9 +83,7 @@ type system struct {
 // control plane) with t, so it goes even when a test fails.
 func startSystem(t *testing.T) *system {
 	t.Helper()
-	if os.Getenv("AGENTPLANE_E2E_SKIP_SYSTEM") == "1" {
-		t.Skip("AGENTPLANE_E2E_SKIP_SYSTEM=1: the whole-system suite is skipped on purpose")
-	}
+	needDocker(t)
 	root := repoRoot(t)
 	s := &system{
 		t: t, ctx: context.Background(), root: root, svc: map[string]*sysContainer{},
@@ -105,7 +104,7 @@ func startSystem(t *testing.T) *system {
 	}
 	s.docker, err = testcontainers.NewDockerClientWithOpts(s.ctx)
 	if err != nil {
-		t.Fatalf("the Docker engine is needed for the whole-system suite (or set AGENTPLANE_E2E_SKIP_SYSTEM=1 to skip it): %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.docker.Close() })
 	s.net, err = tcnetwork.New(s.ctx)
@@ -149,6 +148,25 @@ func startSystem(t *testing.T) *system {
 	}
 	s.viewerToken = s.grantViewer()
 	return s
+}
+
+// needDocker fails a container suite loudly when the Docker engine is not reachable, unless
+// AGENTPLANE_E2E_SKIP_DOCKER=1 asks to skip the container suites.
+func needDocker(t *testing.T) {
+	t.Helper()
+	if os.Getenv("AGENTPLANE_E2E_SKIP_DOCKER") == "1" {
+		t.Skip("AGENTPLANE_E2E_SKIP_DOCKER=1: the container suites are skipped on purpose")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err == nil {
+		defer cli.Close()
+		_, err = cli.Ping(ctx, client.PingOptions{})
+	}
+	if err != nil {
+		t.Fatalf("the Docker engine is not reachable (%v): start it, or set AGENTPLANE_E2E_SKIP_DOCKER=1 to skip the container suites", err)
+	}
 }
 
 func jaegerVersion(t *testing.T) string {
@@ -470,6 +488,57 @@ func (s *system) grantViewer() string {
 		s.t.Fatalf("%v %s", err, out)
 	}
 	return s.token(sysViewer)
+}
+
+// helmTest runs the pod `helm test` would run for a service's release (its chart's test-health
+// template, rendered with the same values) as a container on the system's network, and returns
+// its exit code and output.
+func (s *system) helmTest(name string) (int, string) {
+	s.t.Helper()
+	args := append([]string{"template", name, filepath.Join(s.root, "charts", name), "-n", sysNamespace,
+		"--show-only", "templates/test-health.yaml"}, s.chartValues(name)...)
+	out, err := exec.Command(s.helm, args...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("helm template %s test-health: %v\n%s", name, err, out)
+	}
+	var pod corev1.Pod
+	if err := yaml.Unmarshal(out, &pod); err != nil || len(pod.Spec.Containers) != 1 {
+		s.t.Fatalf("%s's test pod: %v\n%s", name, err, out)
+	}
+	if pod.Annotations["helm.sh/hook"] != "test" {
+		s.t.Fatalf("%s's test pod is not a helm test hook: %v", name, pod.Annotations)
+	}
+	ctr := pod.Spec.Containers[0]
+	c, err := testcontainers.GenericContainer(s.ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image: "agentplane/" + name + ":e2e", Cmd: ctr.Args, Networks: []string{s.net.Name},
+			ConfigModifier: func(c *container.Config) { c.User = "65532:65532" },
+			HostConfigModifier: func(hc *container.HostConfig) {
+				hc.ReadonlyRootfs, hc.CapDrop = true, []string{"ALL"}
+			},
+		},
+		Started: true,
+	})
+	testcontainers.CleanupContainer(s.t, c)
+	if err != nil {
+		s.t.Fatalf("run %s's test pod: %v", name, err)
+	}
+	var st *container.State
+	eventually(s.t, time.Minute, name+"'s test pod finished", func() error {
+		if st, err = c.State(s.ctx); err != nil {
+			return err
+		}
+		if st.Running {
+			return errorf("still running")
+		}
+		return nil
+	})
+	logs, err := c.Logs(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(logs)
+	return st.ExitCode, string(b)
 }
 
 // kill sends SIGKILL to a container (not docker stop's SIGTERM first).

@@ -86,8 +86,12 @@ func Main(name string, grpcPort, metricsPort int, setup func(ctx context.Context
 	MainOptions(name, grpcPort, metricsPort, Options{Setup: setup})
 }
 
-// MainOptions is Main with more options; o.Config is loaded here.
+// MainOptions is Main with more options; o.Config is loaded here. `<binary> probe ...` runs
+// Probe instead of the service.
 func MainOptions(name string, grpcPort, metricsPort int, o Options) {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(Probe(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := config.LoadService(config.FromOS(), name, grpcPort, metricsPort)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

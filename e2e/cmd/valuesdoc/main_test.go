@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTableRowsCarryPathsDefaultsAndComments(t *testing.T) {
+	src := []byte(`# How many.
+replicaCount: 1
+image:
+  # Where images come from.
+  registry: ""
+  tag: "1.0" # the tag
+# Section comment.
+auth:
+  # Mode | none.
+  mode: token
+  audiences: [agentplane]
+extra: {}
+`)
+	got, err := Table(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| `replicaCount` | `1` | How many. |",
+		"| `image.registry` | `\"\"` | Where images come from. |",
+		"| `image.tag` | `\"1.0\"` | the tag |",
+		"| `auth.mode` | `\"token\"` | Section comment. Mode \\| none. |",
+		"| `auth.audiences` | `[\"agentplane\"]` |  |",
+		"| `extra` | `{}` |  |",
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("missing row %s in:\n%s", want, got)
+		}
+	}
+	if _, err := Table([]byte("a: [")); err == nil {
+		t.Error("a broken values file gave no error")
+	}
+}
