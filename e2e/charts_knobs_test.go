@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -271,5 +272,82 @@ func TestHelmTestPodProbesTheService(t *testing.T) {
 	}
 	if testPod(objects(t, h, "status-writer", "--set", "auth.mode=none")) != nil {
 		t.Error("auth.mode=none (loopback only) renders a test no pod could pass")
+	}
+}
+
+// TestChartsRequireCELTransitionRules: every chart declares the Kubernetes it needs (the CRDs'
+// status rules use oldSelf, GA in 1.29), so helm refuses an older cluster by name.
+func TestChartsRequireCELTransitionRules(t *testing.T) {
+	h := newHelmEnv(t)
+	for _, chart := range append([]string{"agentplane-crds"}, services...) {
+		_, stderr, err := h.templateErr(chart, "--kube-version", "1.28.9")
+		if err == nil || !strings.Contains(stderr, "requires kubeVersion: >=1.29.0-0") {
+			t.Errorf("%s renders for Kubernetes 1.28 (%v): %s", chart, err, stderr)
+		}
+		if _, stderr, err := h.templateErr(chart, "--kube-version", "1.29.0"); err != nil {
+			t.Errorf("%s refuses Kubernetes 1.29: %s", chart, stderr)
+		}
+	}
+}
+
+// TestGrafanaDashboardsReadRegisteredSeries (#13 item 7): off by default; on, a ConfigMap with the
+// Grafana sidecar's label holding valid dashboard JSON whose every panel queries a series the
+// service registers: a metric name in the service's or libs' code (gRPC server metrics come from
+// libs/grpcx), so a renamed metric fails here. The alerts' series are also checked against a live
+// scrape in TestLocalControlPlane; a dashboard series that has seen no observation yet (a labelled
+// counter before its first event) is not exported, so the dashboards are checked against the code.
+func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
+	h := newHelmEnv(t)
+	series := regexp.MustCompile(`\b(agentplane|grpc_server)_[a-z_]+`)
+	for _, sc := range serviceCharts {
+		t.Run(sc.name, func(t *testing.T) {
+			if n := len(kind(objects(t, h, sc.name), "ConfigMap")); n != 0 {
+				t.Fatalf("%d ConfigMaps by default, want none", n)
+			}
+			cms := kind(objects(t, h, sc.name, "-n", "agents", "--set", "metrics.grafanaDashboard.enabled=true"), "ConfigMap")
+			if len(cms) != 1 || at(cms[0], "metadata", "labels", "grafana_dashboard") != "1" {
+				t.Fatalf("want one ConfigMap labelled grafana_dashboard=1: %v", cms)
+			}
+			data := at(cms[0], "data").(map[string]any)
+			var dash struct {
+				Title  string `json:"title"`
+				Panels []struct {
+					Title   string `json:"title"`
+					Targets []struct {
+						Expr string `json:"expr"`
+					} `json:"targets"`
+				} `json:"panels"`
+			}
+			if err := json.Unmarshal([]byte(fmt.Sprint(data["agentplane-"+sc.name+".json"])), &dash); err != nil {
+				t.Fatalf("dashboard JSON: %v (%v)", err, data)
+			}
+			if len(dash.Panels) < 5 {
+				t.Errorf("%d panels", len(dash.Panels))
+			}
+			metricNames := regexp.MustCompile(`"((?:agentplane|grpc_server)_[a-z_]+)"`)
+			registered := map[string]bool{}
+			for _, dir := range []string{filepath.Join(h.root, "services", sc.name), filepath.Join(h.root, "libs", "grpcx")} {
+				_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+					if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+						b, _ := os.ReadFile(p)
+						for _, m := range metricNames.FindAllStringSubmatch(string(b), -1) {
+							registered[m[1]] = true
+						}
+					}
+					return nil
+				})
+			}
+			for _, p := range dash.Panels {
+				if len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, `job="`+sc.name+`", namespace="agents"`) {
+					t.Errorf("panel %q: targets %v do not select this release's scrape job", p.Title, p.Targets)
+				}
+				for _, m := range series.FindAllString(p.Targets[0].Expr, -1) {
+					m = strings.TrimSuffix(m, "_bucket")
+					if !registered[m] {
+						t.Errorf("panel %q reads %s, which %s does not register", p.Title, m, sc.name)
+					}
+				}
+			}
+		})
 	}
 }

@@ -15,6 +15,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// renderKubeVersion is the Kubernetes version charts are rendered for offline (`helm template`
+// assumes v1.20 otherwise, below the charts' kubeVersion): the local control plane's.
+const renderKubeVersion = "1.37.2"
+
 // helmPath is where `make tools` builds helm, relative to the repo root.
 const helmPath = "bin/tools/helm/v3.22.0/helm"
 
@@ -182,7 +186,7 @@ func (h *helmEnv) template(t *testing.T, chart string, flags ...string) []manife
 }
 
 func (h *helmEnv) templateErr(chart string, flags ...string) (stdout, stderr string, err error) {
-	args := append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", chartNamespace}, flags...)
+	args := append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", chartNamespace, "--kube-version", renderKubeVersion}, flags...)
 	return h.run(args...)
 }
 

@@ -286,7 +286,7 @@ func (s *system) chartValues(name string) []string {
 // render returns the chart's Deployment and applies every other object that is not a workload
 // or network object (ServiceAccount, Roles, ClusterRoles and their bindings) to the API server.
 func (s *system) render(name string) *appsv1.Deployment {
-	args := append([]string{"template", name, filepath.Join(s.root, "charts", name), "-n", sysNamespace}, s.chartValues(name)...)
+	args := append([]string{"template", name, filepath.Join(s.root, "charts", name), "-n", sysNamespace, "--kube-version", renderKubeVersion}, s.chartValues(name)...)
 	out, err := exec.Command(s.helm, args...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("helm template %s: %v\n%s", name, err, out)
@@ -496,7 +496,7 @@ func (s *system) grantViewer() string {
 func (s *system) helmTest(name string) (int, string) {
 	s.t.Helper()
 	args := append([]string{"template", name, filepath.Join(s.root, "charts", name), "-n", sysNamespace,
-		"--show-only", "templates/test-health.yaml"}, s.chartValues(name)...)
+		"--kube-version", renderKubeVersion, "--show-only", "templates/tests/test-health.yaml"}, s.chartValues(name)...)
 	out, err := exec.Command(s.helm, args...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("helm template %s test-health: %v\n%s", name, err, out)

@@ -43,20 +43,30 @@ func TestWholeSystem(t *testing.T) {
 	jobs := s.recordJobs(t)
 	w := s.watchStatus(t)
 
-	t.Run("Seed000StatusFieldsOnALiveRun", func(t *testing.T) { s.seed000(t) })
-	t.Run("Seed001WarningEventWithStableReasonAndBoundedVolume", func(t *testing.T) { s.seed001(t) })
-	t.Run("Seed002NoResultLostWithJobTTLZeroAndWorkflowJobMissing", func(t *testing.T) { s.seed002(t, jobs) })
-	t.Run("Seed003CancelPropagationAndTerminalNoOp", func(t *testing.T) { s.seed003(t) })
-	t.Run("TracesInJaeger", func(t *testing.T) { s.traces(t) })
-	t.Run("HelmTestPodOfEveryChartPasses", func(t *testing.T) {
+	s.run(t, "Seed000StatusFieldsOnALiveRun", func(t *testing.T) { s.seed000(t) })
+	s.run(t, "Seed001WarningEventWithStableReasonAndBoundedVolume", func(t *testing.T) { s.seed001(t) })
+	s.run(t, "Seed002NoResultLostWithJobTTLZeroAndWorkflowJobMissing", func(t *testing.T) { s.seed002(t, jobs) })
+	s.run(t, "Seed003CancelPropagationAndTerminalNoOp", func(t *testing.T) { s.seed003(t) })
+	s.run(t, "TracesInJaeger", func(t *testing.T) { s.traces(t) })
+	s.run(t, "HelmTestPodOfEveryChartPasses", func(t *testing.T) {
 		for _, name := range sysStartOrder {
 			if code, out := s.helmTest(name); code != 0 || !strings.Contains(out, ": SERVING") {
 				t.Errorf("%s's helm test pod exited %d: %s", name, code, out)
 			}
 		}
 	})
-	t.Run("Faults", func(t *testing.T) { s.faults(t, jobs, w) })
-	t.Run("Seed004StatusWatchThroughTheGateway", func(t *testing.T) { s.seed004(t, w) })
+	s.run(t, "Faults", func(t *testing.T) { s.faults(t, jobs, w) })
+	s.run(t, "Seed004StatusWatchThroughTheGateway", func(t *testing.T) { s.seed004(t, w) })
+}
+
+// run is t.Run with the harness's helpers failing the subtest (they report through s.t).
+func (s *system) run(t *testing.T, name string, fn func(t *testing.T)) bool {
+	return t.Run(name, func(t *testing.T) {
+		prev := s.t
+		s.t = t
+		defer func() { s.t = prev }()
+		fn(t)
+	})
 }
 
 const chainOrchestration = `apiVersion: orchestration.proompteng.ai/v1alpha1
@@ -762,7 +772,7 @@ func (s *system) faults(t *testing.T, jobs *jobRecorder, w *statusWatch) {
 	}
 	var report []string
 	for i, f := range list {
-		ok := t.Run(f.name, func(t *testing.T) {
+		ok := s.run(t, f.name, func(t *testing.T) {
 			prefix := fmt.Sprintf("f%d", i)
 			start := time.Now()
 			names, ors := s.applyRound(t, prefix, n)

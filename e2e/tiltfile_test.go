@@ -101,6 +101,8 @@ func runTiltfile(t *testing.T) []tiltCall {
 // its own chart, and a resource that starts after its build (the controllers also after
 // status-writer and event-emitter); the CRDs come first; the gateway's both ports and every
 // metrics port are forwarded.
+func asList(v any) []any { l, _ := v.([]any); return l }
+
 func TestTiltfileGivesEachServiceItsBuildReleaseAndDependencies(t *testing.T) {
 	calls := runTiltfile(t)
 	root := repoRoot(t)
@@ -125,8 +127,22 @@ func TestTiltfileGivesEachServiceItsBuildReleaseAndDependencies(t *testing.T) {
 	if crds < 0 {
 		t.Fatal("the Tiltfile does not install charts/agentplane-crds")
 	}
+	// Redis and Jaeger run in the cluster from their manifests, Jaeger's UI forwarded.
+	devYAML, _ := find("k8s_yaml", func(c tiltCall) bool { return strings.Contains(fmt.Sprint(c.args), "hack/tilt/redis.yaml") })
+	if devYAML < 0 {
+		t.Error("the Tiltfile does not run Redis and Jaeger (hack/tilt/)")
+	}
+	for _, dep := range []string{"redis", "jaeger"} {
+		b, err := os.ReadFile(filepath.Join(root, "hack", "tilt", dep+".yaml"))
+		if err != nil || !strings.Contains(string(b), "kind: Deployment") || !strings.Contains(string(b), "kind: Service") {
+			t.Errorf("hack/tilt/%s.yaml lacks a Deployment and a Service: %v", dep, err)
+		}
+	}
+	if _, j := find("k8s_resource", func(c tiltCall) bool { return c.args[0] == "jaeger" }); !slices.Contains(asList(j.kwargs["port_forwards"]), any("16686:16686")) {
+		t.Errorf("Jaeger's UI is not forwarded: %+v", j)
+	}
 	services := []string{"status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
-	ports := map[string]bool{}
+	ports := map[string]bool{"16686": true}
 	for _, svc := range services {
 		t.Run(svc, func(t *testing.T) {
 			if i, c := find("local_resource", func(c tiltCall) bool { return c.args[0] == svc+"-binary" }); i < 0 ||
@@ -158,12 +174,19 @@ func TestTiltfileGivesEachServiceItsBuildReleaseAndDependencies(t *testing.T) {
 				t.Errorf("charts/%s is installed before the CRDs", svc)
 			}
 			_, helmCall := find("helm", func(c tiltCall) bool { return c.args[0] == "charts/"+svc })
-			if helmCall.kwargs["name"] != svc || helmCall.kwargs["namespace"] != "agents" {
-				t.Errorf("helm release %+v: want name %s in agents", helmCall.kwargs, svc)
+			if helmCall.kwargs["name"] != svc || helmCall.kwargs["namespace"] != "agents" || helmCall.kwargs["kube_version"] != renderKubeVersion {
+				t.Errorf("helm release %+v: want name %s in agents, kube_version %s (the charts' kubeVersion needs one)", helmCall.kwargs, svc, renderKubeVersion)
+			}
+			set := fmt.Sprint(helmCall.kwargs["set"])
+			if !strings.Contains(set, "otel.endpoint=http://jaeger:4318") {
+				t.Errorf("%s does not send its spans to the Jaeger Tilt runs: set=%s", svc, set)
+			}
+			if (svc == "event-emitter" || svc == "watch-gateway") && !strings.Contains(set, "redis.url=redis://redis:6379/0") {
+				t.Errorf("%s is not pointed at the Redis Tilt runs: set=%s", svc, set)
 			}
 			_, res := find("k8s_resource", func(c tiltCall) bool { return c.args[0] == svc })
 			deps, _ := res.kwargs["resource_deps"].([]any)
-			want := []any{svc + "-binary"}
+			want := []any{svc + "-binary", "redis", "jaeger"}
 			if svc == "job-gc" || svc == "cancel-propagator" || svc == "run-controller" {
 				want = append(want, "status-writer", "event-emitter")
 			}

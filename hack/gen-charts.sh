@@ -4,10 +4,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 for chart in status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway; do
-  for src in "$ROOT"/charts/_shared/*; do
-    name=$(basename "$src")
-    [ "$name" = README.md ] && continue
+  for src in "$ROOT"/charts/_shared/*.yaml "$ROOT"/charts/_shared/*.tpl "$ROOT"/charts/_shared/tests/*.yaml; do
+    name=${src#"$ROOT"/charts/_shared/}
     out="$ROOT/charts/$chart/templates/$name"
+    mkdir -p "$(dirname "$out")"
     {
       echo "{{- /* Generated from charts/_shared/$name by make generate: edit it there. */}}"
       sed "s/CHART/$chart/g" "$src"

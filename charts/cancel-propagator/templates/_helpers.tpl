@@ -150,3 +150,22 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     description: "cancel-propagator gave up waiting for a cancelled run's children to stop (CancelTimedOut): Jobs, pods or Workflows may still be running."
     runbook_url: {{ printf "%s#agentplanecanceltimedout" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
+
+{{/*
+This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
+scrape job's label selector.
+*/}}
+{{- define "cancel-propagator.dashboardPanels" -}}
+- title: "Cancels/s by kind and outcome"
+  expr: {{ printf "sum by (kind, outcome) (rate(agentplane_cancel_propagator_cancels_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{kind}} {{outcome}}" | quote }}
+  unit: reqps
+- title: "Cancel p99 duration"
+  expr: {{ printf "histogram_quantile(0.99, sum by (le) (rate(agentplane_cancel_propagator_cancel_seconds_bucket{%s}[5m])))" .sel | quote }}
+  legend: {{ "p99" | quote }}
+  unit: s
+- title: "Children terminated/s"
+  expr: {{ printf "sum(rate(agentplane_cancel_propagator_children_terminated_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "children" | quote }}
+  unit: reqps
+{{- end }}

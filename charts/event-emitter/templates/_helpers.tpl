@@ -149,3 +149,34 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     description: "event-emitter has not reached Redis for 10 minutes: each replica limits events on its own, so the per-object bound is multiplied by the replica count."
     runbook_url: {{ printf "%s#agentplaneeventemitterfallback" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
+
+{{/*
+This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
+scrape job's label selector.
+*/}}
+{{- define "event-emitter.dashboardPanels" -}}
+- title: "Emit requests/s by outcome"
+  expr: {{ printf "sum by (outcome) (rate(agentplane_events_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{outcome}}" | quote }}
+  unit: reqps
+- title: "Emit requests/s by reason"
+  expr: {{ printf "sum by (reason) (rate(agentplane_events_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{reason}}" | quote }}
+  unit: reqps
+- title: "On the in-process fallback (Redis away)"
+  expr: {{ printf "max(agentplane_events_fallback_active{%s})" .sel | quote }}
+  legend: {{ "fallback" | quote }}
+  unit: short
+- title: "API server event writes/s"
+  expr: {{ printf "sum by (api, result) (rate(agentplane_events_api_writes_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{api}} {{result}}" | quote }}
+  unit: reqps
+- title: "Queue drops/s"
+  expr: {{ printf "sum(rate(agentplane_events_queue_dropped_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "dropped" | quote }}
+  unit: reqps
+- title: "Redis decision p99"
+  expr: {{ printf "histogram_quantile(0.99, sum by (le) (rate(agentplane_events_redis_seconds_bucket{%s}[5m])))" .sel | quote }}
+  legend: {{ "p99" | quote }}
+  unit: s
+{{- end }}

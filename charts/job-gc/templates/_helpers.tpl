@@ -142,3 +142,30 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     description: "job-gc found AgentRuns whose Job is gone before its outcome was recorded; they fail with WorkflowJobMissing after the grace period."
     runbook_url: {{ printf "%s#agentplaneworkflowjobmissing" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
+
+{{/*
+This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
+scrape job's label selector.
+*/}}
+{{- define "job-gc.dashboardPanels" -}}
+- title: "Holds released/s by why"
+  expr: {{ printf "sum by (why) (rate(agentplane_job_gc_holds_released_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{why}}" | quote }}
+  unit: reqps
+- title: "Runs missing their Job (last hour)"
+  expr: {{ printf "sum(increase(agentplane_job_gc_missing_jobs_total{%s}[1h]))" .sel | quote }}
+  legend: {{ "missing" | quote }}
+  unit: short
+- title: "Runs failed WorkflowJobMissing (last hour)"
+  expr: {{ printf "sum(increase(agentplane_job_gc_missing_job_failures_total{%s}[1h]))" .sel | quote }}
+  legend: {{ "failed" | quote }}
+  unit: short
+- title: "Deletions/s by kind"
+  expr: {{ printf "sum by (kind) (rate(agentplane_job_gc_deletions_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{kind}}" | quote }}
+  unit: reqps
+- title: "Overdue holds"
+  expr: {{ printf "max(agentplane_job_gc_holds_overdue{%s})" .sel | quote }}
+  legend: {{ "overdue" | quote }}
+  unit: short
+{{- end }}

@@ -174,3 +174,34 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     description: "run-controller has retried failing reconciles for 15 minutes: runs are not progressing."
     runbook_url: {{ printf "%s#agentplanereconcileerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
+
+{{/*
+This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
+scrape job's label selector.
+*/}}
+{{- define "run-controller.dashboardPanels" -}}
+- title: "Runs by phase"
+  expr: {{ printf "sum by (phase) (agentplane_run_controller_runs{%s})" .sel | quote }}
+  legend: {{ "{{phase}}" | quote }}
+  unit: short
+- title: "Jobs created/s"
+  expr: {{ printf "sum(rate(agentplane_run_controller_jobs_created_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "Jobs" | quote }}
+  unit: reqps
+- title: "Work queue depth"
+  expr: {{ printf "max(agentplane_run_controller_queue_depth{%s})" .sel | quote }}
+  legend: {{ "depth" | quote }}
+  unit: short
+- title: "Reconcile p99 by kind"
+  expr: {{ printf "histogram_quantile(0.99, sum by (le, kind) (rate(agentplane_run_controller_reconcile_duration_seconds_bucket{%s}[5m])))" .sel | quote }}
+  legend: {{ "{{kind}}" | quote }}
+  unit: s
+- title: "Reconcile errors/s by kind"
+  expr: {{ printf "sum by (kind) (rate(agentplane_run_controller_reconcile_errors_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{kind}}" | quote }}
+  unit: reqps
+- title: "API server requests/s"
+  expr: {{ printf "sum(rate(agentplane_run_controller_api_requests_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "requests" | quote }}
+  unit: reqps
+{{- end }}

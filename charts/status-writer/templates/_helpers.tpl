@@ -131,3 +131,30 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     description: "status-writer answered status writes with an error for 10 minutes: the API server refuses or times out its patches; runs' statuses lag."
     runbook_url: {{ printf "%s#agentplanestatuswriteerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
+
+{{/*
+This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
+scrape job's label selector.
+*/}}
+{{- define "status-writer.dashboardPanels" -}}
+- title: "Status writes/s by kind and outcome"
+  expr: {{ printf "sum by (kind, outcome) (rate(agentplane_status_writes_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{kind}} {{outcome}}" | quote }}
+  unit: reqps
+- title: "API server writes/s (after coalescing)"
+  expr: {{ printf "sum(rate(agentplane_status_api_writes_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "API writes" | quote }}
+  unit: reqps
+- title: "Requests coalesced/s"
+  expr: {{ printf "sum(rate(agentplane_status_coalesced_requests_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "coalesced" | quote }}
+  unit: reqps
+- title: "Write conflicts/s"
+  expr: {{ printf "sum by (kind) (rate(agentplane_status_write_conflicts_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{kind}}" | quote }}
+  unit: reqps
+- title: "Write p99 latency by kind"
+  expr: {{ printf "histogram_quantile(0.99, sum by (le, kind) (rate(agentplane_status_write_duration_seconds_bucket{%s}[5m])))" .sel | quote }}
+  legend: {{ "{{kind}}" | quote }}
+  unit: s
+{{- end }}

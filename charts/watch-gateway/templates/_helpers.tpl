@@ -149,3 +149,26 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     description: "watch-gateway has ended more than one status watch per second with an error for 10 minutes: clients reconnect in a loop."
     runbook_url: {{ printf "%s#agentplanewatchstreamerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
+
+{{/*
+This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
+scrape job's label selector.
+*/}}
+{{- define "watch-gateway.dashboardPanels" -}}
+- title: "Open status watches by transport"
+  expr: {{ printf "sum by (transport) (agentplane_watch_active_streams{%s})" .sel | quote }}
+  legend: {{ "{{transport}}" | quote }}
+  unit: short
+- title: "Stream errors/s by reason"
+  expr: {{ printf "sum by (transport, reason) (rate(agentplane_watch_stream_errors_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{transport}} {{reason}}" | quote }}
+  unit: reqps
+- title: "Access refused/s by reason"
+  expr: {{ printf "sum by (transport, reason) (rate(agentplane_watch_access_denied_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{transport}} {{reason}}" | quote }}
+  unit: reqps
+- title: "Delta dispatch p99"
+  expr: {{ printf "histogram_quantile(0.99, sum by (le) (rate(agentplane_watch_delta_dispatch_seconds_bucket{%s}[5m])))" .sel | quote }}
+  legend: {{ "p99" | quote }}
+  unit: s
+{{- end }}
