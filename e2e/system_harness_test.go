@@ -439,6 +439,10 @@ func (s *system) startService(name string) *sysContainer {
 			hc.CapDrop = []string{"ALL"}
 			hc.SecurityOpt = []string{"no-new-privileges"}
 			hc.ExtraHosts = []string{"kubernetes:" + s.hostIP}
+			// A pod's restartPolicy Always: kubelet restarts a container whose process exits (a
+			// controller that lost its Lease while the API server was away exits 1 on purpose).
+			// Docker does not restart a container killed by hand, so the faults stay in control.
+			hc.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyOnFailure}
 		},
 	})
 	return sc
@@ -583,7 +587,8 @@ func (s *system) reconnect(sc *sysContainer) {
 	}
 }
 
-// restartAPIServer stops kube-apiserver (SIGTERM, as a rolling restart would) and starts it again
+// restartAPIServer stops kube-apiserver (SIGTERM to its process group, as a rolling restart
+// would; SIGKILL if it is still shutting down 15 s later, as `make down` does) and starts it again
 // with `make up`, which starts only what is not running.
 func (s *system) restartAPIServer() {
 	s.t.Helper()
@@ -593,14 +598,22 @@ func (s *system) restartAPIServer() {
 		s.t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	alive := func() bool { // running, and not a zombie nobody reaped yet
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err == nil && !bytes.Contains(st, []byte(") Z "))
+	}
 	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
 		s.t.Fatalf("stop kube-apiserver: %v", err)
 	}
-	eventually(s.t, 60*time.Second, "kube-apiserver stopped", func() error {
-		if err := syscall.Kill(pid, 0); err == nil {
-			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !bytes.Contains(st, []byte(") Z ")) {
-				return errorf("pid %d alive", pid)
-			}
+	for deadline := time.Now().Add(15 * time.Second); alive() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if alive() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	eventually(s.t, 30*time.Second, "kube-apiserver stopped", func() error {
+		if alive() {
+			return errorf("pid %d alive", pid)
 		}
 		return nil
 	})

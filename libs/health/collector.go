@@ -47,12 +47,14 @@ type CollectorOptions struct {
 	// ServicePort is the gRPC port of services found through their Deployment.
 	ServicePort string
 	// Debounce is how long changes settle before one recomputation.
-	Debounce        time.Duration
-	RedisAddress    string
-	Redis           redis.UniversalClient
-	RedisInterval   time.Duration
-	TemporalAddress string
-	GRPCAddress     string
+	Debounce      time.Duration
+	RedisAddress  string
+	Redis         redis.UniversalClient
+	RedisInterval time.Duration
+	// APIServerInterval is how often kube-apiserver's /readyz is probed (default 2 s).
+	APIServerInterval time.Duration
+	TemporalAddress   string
+	GRPCAddress       string
 	// Self is the name of the service running this collector (watch-gateway): it is serving as
 	// long as it reports, so its health is not dialled (its gRPC may demand client
 	// certificates the collector does not hold).
@@ -125,6 +127,9 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *Hub, o CollectorOptions) *Collector {
 	if o.Debounce <= 0 {
 		o.Debounce = 500 * time.Millisecond
+	}
+	if o.APIServerInterval <= 0 {
+		o.APIServerInterval = 2 * time.Second
 	}
 	if o.RedisInterval <= 0 {
 		o.RedisInterval = 2 * time.Second
@@ -268,6 +273,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	go podInf.Run(ctx.Done())
 	go crdInf.Run(ctx.Done())
 	go c.watchRedis(ctx)
+	go c.probeAPIServer(ctx)
 	go c.checkJobAPI(ctx)
 	log.Info("collecting control-plane health", "namespace", c.o.Namespace)
 	return c.publish(ctx)
@@ -564,6 +570,35 @@ func (c *Collector) watchRedis(ctx context.Context) {
 				c.hub.Error("Redis at " + c.o.RedisAddress + " is unreachable: " + err.Error())
 			}
 			c.edit(func(o *Observation) { o.RedisErr = err })
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probeAPIServer asks kube-apiserver's /readyz every APIServerInterval (granted to every caller
+// by the default system:public-info-viewer role) and reports each change.
+func (c *Collector) probeAPIServer(ctx context.Context) {
+	rc := c.kc.Discovery().RESTClient()
+	if rc == nil {
+		return
+	}
+	t := time.NewTicker(c.o.APIServerInterval)
+	defer t.Stop()
+	var last error = errors.New("not checked")
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := rc.Get().AbsPath("/readyz").Do(pctx).Error()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if (err == nil) != (last == nil) || (err != nil && last != nil && err.Error() != last.Error()) {
+			c.edit(func(o *Observation) { o.APIServerProbeErr = err })
 		}
 		last = err
 		select {

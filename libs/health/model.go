@@ -60,6 +60,9 @@ type Observation struct {
 	Namespace      string
 	NamespaceFound *bool
 	APIServerErr   error
+	// APIServerProbeErr is the last /readyz probe's error: a short outage that no watch noticed
+	// (a watch can ride out a restart on its connection) still shows.
+	APIServerProbeErr error
 	// CRDsEstablished maps each CRD name found to whether it is Established; nil: not observed.
 	CRDsEstablished map[string]bool
 	Services        []Service
@@ -112,7 +115,9 @@ func Compute(o Observation) []Item {
 	default:
 		add(ComponentNamespace, Error, fmt.Sprintf("namespace %s not found", ns), nil)
 	}
-	if o.APIServerErr != nil {
+	if o.APIServerProbeErr != nil {
+		add(ComponentAPIServer, Error, "not ready: "+o.APIServerProbeErr.Error(), nil)
+	} else if o.APIServerErr != nil {
 		add(ComponentAPIServer, Error, o.APIServerErr.Error(), nil)
 	} else {
 		add(ComponentAPIServer, Healthy, "", nil)

@@ -69,6 +69,7 @@ func TestCompute(t *testing.T) {
 			o.RedisErr = errors.New("dial redis://:hunter2hunter2@redis:6379: refused")
 		}, ComponentDatabase, Degraded, "[REDACTED]"},
 		{"api server down", func(o *Observation) { o.APIServerErr = errors.New("connection refused") }, ComponentAPIServer, Error, "refused"},
+		{"api server not ready", func(o *Observation) { o.APIServerProbeErr = errors.New("connection refused") }, ComponentAPIServer, Error, "not ready: connection refused"},
 		{"temporal configured", func(o *Observation) { o.TemporalAddress = "temporal:7233" }, RuntimeTemporal, Configured, "resolved"},
 		{"custom runtime", func(*Observation) {}, RuntimeCustom, Unknown, "per AgentRun"},
 		{"grpc", func(*Observation) {}, ComponentGRPC, Healthy, "127.0.0.1:50051"},
