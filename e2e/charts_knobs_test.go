@@ -351,3 +351,26 @@ func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 		})
 	}
 }
+
+// TestNoChartRendersAnObjectTwice: helm template accepts two objects of one kind and name, the API
+// server does not (helm install fails with "already exists"; the run-controller chart once
+// rendered its leader-election Role and RoleBinding twice). With every optional object on.
+func TestNoChartRendersAnObjectTwice(t *testing.T) {
+	h := newHelmEnv(t)
+	for _, chart := range append([]string{"agentplane-crds"}, services...) {
+		flags := []string{"-n", "agents"}
+		if chart != "agentplane-crds" {
+			flags = append(flags, "--set", "networkPolicy.enabled=true", "--set", "podDisruptionBudget.enabled=true",
+				"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+				"--set", "metrics.grafanaDashboard.enabled=true")
+		}
+		seen := map[string]bool{}
+		for _, o := range objects(t, h, chart, flags...) {
+			key := fmt.Sprintf("%v/%v/%v", o["kind"], at(o, "metadata", "namespace"), at(o, "metadata", "name"))
+			if seen[key] {
+				t.Errorf("%s renders %s twice", chart, key)
+			}
+			seen[key] = true
+		}
+	}
+}

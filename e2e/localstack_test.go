@@ -621,12 +621,16 @@ spec:
 			if stdout, stderr, err := helmK("uninstall", sc.name, "-n", ns, "--wait", "--timeout", "2m"); err != nil {
 				t.Errorf("helm uninstall %s: %v\n%s%s", sc.name, err, stdout, stderr)
 			}
-			// Nothing of the release is left, namespaced or cluster-wide.
-			out, err = kubectl("get", "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,networkpolicies,poddisruptionbudgets",
-				"-A", "-l", "app.kubernetes.io/instance="+sc.name, "-o", "name")
-			if err != nil || strings.TrimSpace(out) != "" {
-				t.Errorf("%s left behind (%v): %s", sc.name, err, out)
-			}
+			// Nothing of the release is left, namespaced or cluster-wide, once the garbage collector
+			// has removed the pods (their ReplicaSet's dependents, not the release's objects).
+			eventually(t, time.Minute, sc.name+" uninstalled without a trace", func() error {
+				out, err := kubectl("get", "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,networkpolicies,poddisruptionbudgets",
+					"-A", "-l", "app.kubernetes.io/instance="+sc.name, "-o", "name")
+				if err != nil || strings.TrimSpace(out) != "" {
+					return errorf("left behind (%v): %s", err, out)
+				}
+				return nil
+			})
 		}
 	})
 
