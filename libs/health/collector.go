@@ -552,24 +552,22 @@ func (c *Collector) setHealth(name, svc, st string) {
 	c.poke()
 }
 
-// watchRedis pings Redis: Redis has no change feed for its own liveness, so this is the one
-// component checked on an interval.
-func (c *Collector) watchRedis(ctx context.Context) {
-	if c.o.Redis == nil {
-		return
-	}
-	t := time.NewTicker(c.o.RedisInterval)
+// probeEvery calls probe every interval (each call bounded to a second) until ctx ends, and
+// changed with the result whenever it differs from the previous one (the first result counts as a
+// change from "not checked").
+func probeEvery(ctx context.Context, interval time.Duration, probe func(context.Context) error, changed func(err, last error)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
-	var last error = errors.New("not checked")
+	var last error = errNotChecked
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := c.o.Redis.Ping(pctx).Err()
+		err := probe(pctx)
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
 		if (err == nil) != (last == nil) || (err != nil && last != nil && err.Error() != last.Error()) {
-			if err != nil && (last == nil || last.Error() == "not checked") && ctx.Err() == nil {
-				c.hub.Error("Redis at " + c.o.RedisAddress + " is unreachable: " + err.Error())
-			}
-			c.edit(func(o *Observation) { o.RedisErr = err })
+			changed(err, last)
 		}
 		last = err
 		select {
@@ -580,6 +578,22 @@ func (c *Collector) watchRedis(ctx context.Context) {
 	}
 }
 
+var errNotChecked = errors.New("not checked")
+
+// watchRedis pings Redis: Redis has no change feed for its own liveness, so it is checked on an
+// interval.
+func (c *Collector) watchRedis(ctx context.Context) {
+	if c.o.Redis == nil {
+		return
+	}
+	probeEvery(ctx, c.o.RedisInterval, func(ctx context.Context) error { return c.o.Redis.Ping(ctx).Err() }, func(err, last error) {
+		if err != nil && (last == nil || last == errNotChecked) {
+			c.hub.Error("Redis at " + c.o.RedisAddress + " is unreachable: " + err.Error())
+		}
+		c.edit(func(o *Observation) { o.RedisErr = err })
+	})
+}
+
 // probeAPIServer asks kube-apiserver's /readyz every APIServerInterval (granted to every caller
 // by the default system:public-info-viewer role) and reports each change.
 func (c *Collector) probeAPIServer(ctx context.Context) {
@@ -587,26 +601,8 @@ func (c *Collector) probeAPIServer(ctx context.Context) {
 	if rc == nil {
 		return
 	}
-	t := time.NewTicker(c.o.APIServerInterval)
-	defer t.Stop()
-	var last error = errors.New("not checked")
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := rc.Get().AbsPath("/readyz").Do(pctx).Error()
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if (err == nil) != (last == nil) || (err != nil && last != nil && err.Error() != last.Error()) {
-			c.edit(func(o *Observation) { o.APIServerProbeErr = err })
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	probeEvery(ctx, c.o.APIServerInterval, func(ctx context.Context) error { return rc.Get().AbsPath("/readyz").Do(ctx).Error() },
+		func(err, _ error) { c.edit(func(o *Observation) { o.APIServerProbeErr = err }) })
 }
 
 func (c *Collector) checkJobAPI(ctx context.Context) {
