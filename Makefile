@@ -134,12 +134,13 @@ envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code, the charts' shared templates (charts/_shared) and their README values tables.
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code, the charts' shared templates (charts/_shared), their README values tables and the one-release chart's schema (charts/agentplane).
 	cd libs && $(CONTROLLER_GEN) object paths=./api/...
 	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
 	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
 	hack/gen-charts.sh
-	cd e2e && go run ./cmd/valuesdoc $(addprefix ../charts/,status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway)
+	cd e2e && go run ./cmd/valuesdoc $(addprefix ../charts/,status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway agentplane)
+	cd e2e && go run ./cmd/umbrellaschema ../charts
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when `make generate` changes the tree (CI runs this).
@@ -185,9 +186,9 @@ test-integration: envtest-bin ## Integration tests against a real kube-apiserver
 	CGO_ENABLED=1 go test -race -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-e2e
-test-e2e: tools tools-jaeger build ## End-to-end: the local control plane, service containers, and the whole system in containers with Jaeger (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites).
+test-e2e: tools tools-jaeger build ## End-to-end: the local control plane, service containers, and the whole system in containers with Jaeger, TestWholeSystem beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
 	cd e2e && go test -count=1 ./cmd/...
-	cd e2e && go test -count=1 -tags e2e -timeout 50m -v .
+	hack/test-e2e.sh
 
 .PHONY: test-fuzz
 test-fuzz: ## A short fuzz run of the secret redactor (20s), part of `make test`.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -294,8 +295,9 @@ func TestChartsRequireCELTransitionRules(t *testing.T) {
 // Grafana sidecar's label holding valid dashboard JSON whose every panel queries a series the
 // service registers: a metric name in the service's or libs' code (gRPC server metrics come from
 // libs/grpcx), so a renamed metric fails here. The alerts' series are also checked against a live
-// scrape in TestLocalControlPlane; a dashboard series that has seen no observation yet (a labelled
-// counter before its first event) is not exported, so the dashboards are checked against the code.
+// scrape of a fresh stack in TestLocalControlPlane, and both the panels' and the alerts' against a
+// scrape of each service after TestWholeSystem's scenarios and faults (a labelled counter is only
+// exported once it has counted something, so a fresh stack cannot show them all).
 func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 	h := newHelmEnv(t)
 	series := regexp.MustCompile(`\b(agentplane|grpc_server)_[a-z_]+`)
@@ -304,23 +306,7 @@ func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 			if n := len(kind(objects(t, h, sc.name), "ConfigMap")); n != 0 {
 				t.Fatalf("%d ConfigMaps by default, want none", n)
 			}
-			cms := kind(objects(t, h, sc.name, "-n", "agents", "--set", "metrics.grafanaDashboard.enabled=true"), "ConfigMap")
-			if len(cms) != 1 || at(cms[0], "metadata", "labels", "grafana_dashboard") != "1" {
-				t.Fatalf("want one ConfigMap labelled grafana_dashboard=1: %v", cms)
-			}
-			data := at(cms[0], "data").(map[string]any)
-			var dash struct {
-				Title  string `json:"title"`
-				Panels []struct {
-					Title   string `json:"title"`
-					Targets []struct {
-						Expr string `json:"expr"`
-					} `json:"targets"`
-				} `json:"panels"`
-			}
-			if err := json.Unmarshal([]byte(fmt.Sprint(data["agentplane-"+sc.name+".json"])), &dash); err != nil {
-				t.Fatalf("dashboard JSON: %v (%v)", err, data)
-			}
+			dash := dashboard(t, h, sc.name)
 			if len(dash.Panels) < 5 {
 				t.Errorf("%d panels", len(dash.Panels))
 			}
@@ -350,6 +336,50 @@ func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grafanaDashboard is the part of a chart's dashboard JSON the tests read.
+type grafanaDashboard struct {
+	Title  string `json:"title"`
+	Panels []struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// dashboard renders chart's Grafana dashboard ConfigMap (release namespace agents) and parses it.
+func dashboard(t *testing.T, h *helmEnv, chart string) grafanaDashboard {
+	t.Helper()
+	cms := kind(objects(t, h, chart, "-n", "agents", "--set", "metrics.grafanaDashboard.enabled=true"), "ConfigMap")
+	if len(cms) != 1 || at(cms[0], "metadata", "labels", "grafana_dashboard") != "1" {
+		t.Fatalf("want one ConfigMap labelled grafana_dashboard=1: %v", cms)
+	}
+	data := at(cms[0], "data").(map[string]any)
+	var dash grafanaDashboard
+	if err := json.Unmarshal([]byte(fmt.Sprint(data["agentplane-"+chart+".json"])), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v (%v)", err, data)
+	}
+	return dash
+}
+
+// panelSeries returns the agentplane_* and grpc_server_* series chart's dashboard panels read
+// (histograms by their family name, without _bucket).
+func panelSeries(t *testing.T, h *helmEnv, chart string) []string {
+	t.Helper()
+	re := regexp.MustCompile(`\b(agentplane|grpc_server)_[a-z_]+`)
+	var out []string
+	for _, p := range dashboard(t, h, chart).Panels {
+		for _, tg := range p.Targets {
+			for _, m := range re.FindAllString(tg.Expr, -1) {
+				if m = strings.TrimSuffix(m, "_bucket"); !slices.Contains(out, m) {
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // TestNoChartRendersAnObjectTwice: helm template accepts two objects of one kind and name, the API

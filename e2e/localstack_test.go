@@ -592,11 +592,13 @@ spec:
 		}
 	})
 
+	t.Run("a value a chart's schema accepts starts its binary", func(t *testing.T) { checkSchemaBounds(t, root, kubeconfig) })
+
 	// #13 item 9: each chart installs alone into this cluster and goes cleanly. kwok plays the
 	// pods (they turn Ready without running), so this checks what the API server decides: the
 	// manifests are accepted (server-side validation, the CRDs' schemas, RBAC escalation rules),
 	// the Deployment becomes available for --wait, and uninstall leaves nothing of the release.
-	t.Run("each chart installs alone with helm install --wait and uninstalls cleanly", func(t *testing.T) {
+	t.Run("each chart installs alone with helm install --wait and uninstalls cleanly, and the one-release chart", func(t *testing.T) {
 		h := newHelmEnv(t)
 		helmK := func(args ...string) (string, string, error) {
 			return h.run(append([]string{"--kubeconfig", kubeconfig}, args...)...)
@@ -632,6 +634,29 @@ spec:
 				return nil
 			})
 		}
+		// The one-release chart too: the six services wired to one another under its name.
+		const rel = "agentplane"
+		if stdout, stderr, err := helmK("install", rel, filepath.Join(root, "charts", "agentplane"), "-n", ns, "--wait", "--timeout", "3m",
+			"--set", "redis.url=redis://redis:6379/0"); err != nil {
+			t.Fatalf("helm install charts/agentplane: %v\n%s%s", err, stdout, stderr)
+		}
+		out, err := kubectl("-n", ns, "get", "deployments", "-l", "app.kubernetes.io/instance="+rel,
+			"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.availableReplicas} {end}`)
+		want := "agentplane-cancel-propagator=1 agentplane-event-emitter=1 agentplane-job-gc=1 agentplane-run-controller=1 agentplane-status-writer=1 agentplane-watch-gateway=1 "
+		if err != nil || out != want {
+			t.Errorf("charts/agentplane's Deployments: %q (%v), want %q", out, err, want)
+		}
+		if stdout, stderr, err := helmK("uninstall", rel, "-n", ns, "--wait", "--timeout", "2m"); err != nil {
+			t.Errorf("helm uninstall %s: %v\n%s%s", rel, err, stdout, stderr)
+		}
+		eventually(t, time.Minute, "charts/agentplane uninstalled without a trace", func() error {
+			out, err := kubectl("get", "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,networkpolicies,poddisruptionbudgets",
+				"-A", "-l", "app.kubernetes.io/instance="+rel, "-o", "name")
+			if err != nil || strings.TrimSpace(out) != "" {
+				return errorf("left behind (%v): %s", err, out)
+			}
+			return nil
+		})
 	})
 
 	t.Run("make up again is harmless", func(t *testing.T) {

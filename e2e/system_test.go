@@ -57,6 +57,22 @@ func TestWholeSystem(t *testing.T) {
 	})
 	s.run(t, "Faults", func(t *testing.T) { s.faults(t, jobs, w) })
 	s.run(t, "Seed004StatusWatchThroughTheGateway", func(t *testing.T) { s.seed004(t, w) })
+	s.run(t, "DashboardsAndAlertsReadLiveSeries", func(t *testing.T) { s.liveSeries(t) })
+}
+
+// liveSeries (#13 item 7): after the scenarios and the faults have exercised every service, each
+// series a chart's Grafana panels or alerts read is in that service's /metrics.
+func (s *system) liveSeries(t *testing.T) {
+	h := newHelmEnv(t)
+	for _, name := range sysStartOrder {
+		_, alerts := alertMetrics(t, h, name)
+		scrape := s.metrics(name)
+		for _, m := range append(panelSeries(t, h, name), alerts...) {
+			if !strings.Contains(scrape, "\n# TYPE "+m+" ") {
+				t.Errorf("%s's dashboard or alerts read %s, which its /metrics does not export after the whole run", name, m)
+			}
+		}
+	}
 }
 
 // run is t.Run with the harness's helpers failing the subtest (they report through s.t).

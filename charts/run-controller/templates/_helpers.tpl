@@ -57,6 +57,15 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 - name: OTEL_EXPORTER_OTLP_PROTOCOL
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.leaderElection.enabled }}
+{{- $le := .Values.leaderElection }}
+{{- $lease := include "run-controller.durationMs" $le.leaseDuration | float64 }}
+{{- $renew := include "run-controller.durationMs" $le.renewDeadline | float64 }}
+{{- $retry := include "run-controller.durationMs" $le.retryPeriod | float64 }}
+{{- if not (and (gt $lease $renew) (gt $renew $retry) (gt $retry 0.0)) }}
+{{- fail (printf "leaderElection needs leaseDuration > renewDeadline > retryPeriod > 0 (got %s, %s, %s); run-controller refuses anything else" $le.leaseDuration $le.renewDeadline $le.retryPeriod) }}
+{{- end }}
+{{- end }}
 - name: JANGAR_LEADER_ELECTION_ENABLED
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: JANGAR_LEADER_ELECTION_NAMESPACE
@@ -93,6 +102,18 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.statusWriter.address | quote }}
 - name: JANGAR_EVENT_EMITTER_ADDR
   value: {{ .Values.eventEmitter.address | quote }}
+{{- end }}
+
+{{/*
+A duration value (the schema's pattern: numbers with ms, s, m or h, as in "1m30s") in milliseconds.
+*/}}
+{{- define "run-controller.durationMs" -}}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h)" . -1 }}
+{{- $unit := regexFind "(ms|s|m|h)$" . }}
+{{- $total = addf $total (mulf (trimSuffix $unit . | float64) (get (dict "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0) $unit)) }}
+{{- end }}
+{{- $total }}
 {{- end }}
 
 {{/*

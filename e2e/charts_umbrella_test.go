@@ -1,0 +1,305 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// umbrellaObjects renders charts/agentplane as release rel with flags and returns its objects by
+// "kind/name" ("kind/name@namespace" outside the release namespace), each as parsed YAML.
+func umbrellaObjects(t *testing.T, h *helmEnv, rel string, flags ...string) map[string]map[string]any {
+	t.Helper()
+	args := append([]string{"template", rel, "charts/agentplane", "--namespace", chartNamespace, "--kube-version", renderKubeVersion}, flags...)
+	stdout, stderr, err := h.run(args...)
+	if err != nil {
+		t.Fatalf("helm template charts/agentplane %v: %v\n%s", flags, err, stderr)
+	}
+	return byName(t, stdout)
+}
+
+func byName(t *testing.T, out string) map[string]map[string]any {
+	t.Helper()
+	objs := map[string]map[string]any{}
+	for _, doc := range docSeparator.Split(out, -1) {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("parse: %v\n%s", err, doc)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		key := fmt.Sprintf("%v/%v", m["kind"], at(m, "metadata", "name"))
+		if ns := at(m, "metadata", "namespace"); ns != nil && ns != chartNamespace {
+			key += "@" + fmt.Sprint(ns) // a Role per namespace acted in
+		}
+		if _, dup := objs[key]; dup {
+			t.Errorf("%s rendered twice", key)
+		}
+		objs[key] = m
+	}
+	return objs
+}
+
+// containerEnv returns the env (name → value, or "<from>" for valueFrom) of the named
+// Deployment's first container.
+func containerEnv(t *testing.T, objs map[string]map[string]any, deployment string) map[string]string {
+	t.Helper()
+	d, ok := objs["Deployment/"+deployment]
+	if !ok {
+		t.Fatalf("no Deployment %s (have %v)", deployment, keysOf(objs))
+	}
+	env := map[string]string{}
+	for _, e := range at(d, "spec", "template", "spec", "containers", "0", "env").([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"]; ok {
+			env[m["name"].(string)] = fmt.Sprint(v)
+		} else {
+			env[m["name"].(string)] = "<from>"
+		}
+	}
+	return env
+}
+
+func keysOf(objs map[string]map[string]any) []string {
+	var ks []string
+	for k := range objs {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// TestUmbrellaChart (#13 item 3): charts/agentplane installs the CRDs' chart and the six services
+// in one release, each service exactly as its own chart renders it, wired to the others whatever
+// the release name, and accepts the seeds' top-level values.
+func TestUmbrellaChart(t *testing.T) {
+	h := newHelmEnv(t)
+	if stdout, stderr, err := h.run("lint", "--strict", "charts/agentplane", "--set", "redis.url=redis://redis:6379/0"); err != nil {
+		t.Fatalf("helm lint --strict charts/agentplane: %v\n%s%s", err, stdout, stderr)
+	}
+
+	// Each service's objects are what its own chart renders for the same release name, given the
+	// values the umbrella wires in; nothing else is rendered (but the CRDs, from their chart).
+	t.Run("each service as its own chart renders it", func(t *testing.T) {
+		for _, rel := range []string{"agentplane", "prod"} {
+			all := umbrellaObjects(t, h, rel, "--set", "redis.url=redis://redis:6379/0")
+			seen := map[string]bool{}
+			callers := fmt.Sprintf("%[1]s-job-gc,%[1]s-cancel-propagator,%[1]s-run-controller", rel)
+			for _, sc := range serviceCharts {
+				flags := []string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace, "--kube-version", renderKubeVersion}
+				switch sc.name {
+				case "status-writer":
+					flags = append(flags, "--set", "auth.allowedCallers={"+callers+"}")
+				case "event-emitter":
+					flags = append(flags, "--set", "auth.allowedCallers={"+callers+"}", "--set", "redis.url=redis://redis:6379/0")
+				case "watch-gateway":
+					flags = append(flags, "--set", "redis.url=redis://redis:6379/0")
+				default:
+					flags = append(flags, "--set", "statusWriter.address="+rel+"-status-writer:50051", "--set", "eventEmitter.address="+rel+"-event-emitter:50051")
+				}
+				stdout, stderr, err := h.run(flags...)
+				if err != nil {
+					t.Fatalf("helm template charts/%s: %v\n%s", sc.name, err, stderr)
+				}
+				alone := byName(t, stdout)
+				for key, want := range alone {
+					got, ok := all[key]
+					if !ok {
+						t.Errorf("%s (release %s): the umbrella does not render %s", sc.name, rel, key)
+						continue
+					}
+					seen[key] = true
+					if !reflect.DeepEqual(got, want) {
+						a, _ := yaml.Marshal(got)
+						b, _ := yaml.Marshal(want)
+						t.Errorf("%s (release %s): %s differs from charts/%s's\numbrella:\n%s\nchart:\n%s", sc.name, rel, key, sc.name, a, b)
+					}
+				}
+			}
+			for key := range all {
+				if !seen[key] {
+					t.Errorf("release %s: the umbrella renders %s, which no service chart does", rel, key)
+				}
+			}
+		}
+	})
+
+	t.Run("the wiring follows the release name and the ports", func(t *testing.T) {
+		objs := umbrellaObjects(t, h, "team-a", "--set", "status-writer.grpc.port=6000")
+		for _, c := range []string{"run-controller", "job-gc", "cancel-propagator"} {
+			env := containerEnv(t, objs, "team-a-"+c)
+			if env["JANGAR_STATUS_WRITER_ADDR"] != "team-a-status-writer:6000" || env["JANGAR_EVENT_EMITTER_ADDR"] != "team-a-event-emitter:50051" {
+				t.Errorf("%s: status-writer at %q, event-emitter at %q", c, env["JANGAR_STATUS_WRITER_ADDR"], env["JANGAR_EVENT_EMITTER_ADDR"])
+			}
+		}
+		// A ServiceAccount renamed in the controller's block is the one the servers admit.
+		objs = umbrellaObjects(t, h, "agentplane", "--set", "run-controller.serviceAccount.name=rc", "--set", "job-gc.enabled=false")
+		for _, s := range []string{"status-writer", "event-emitter"} {
+			if got := containerEnv(t, objs, "agentplane-"+s)["JANGAR_GRPC_AUTH_ALLOWED_CALLERS"]; got != "agentplane-cancel-propagator,rc" {
+				t.Errorf("%s admits %q, want this release's enabled controllers: agentplane-cancel-propagator,rc", s, got)
+			}
+		}
+		// What a service's block sets is not rewired.
+		objs = umbrellaObjects(t, h, "agentplane", "--set", "run-controller.statusWriter.address=elsewhere:1", "--set", "status-writer.auth.allowedCallers={x}")
+		if got := containerEnv(t, objs, "agentplane-run-controller")["JANGAR_STATUS_WRITER_ADDR"]; got != "elsewhere:1" {
+			t.Errorf("run-controller.statusWriter.address was replaced: %q", got)
+		}
+		if got := containerEnv(t, objs, "agentplane-status-writer")["JANGAR_GRPC_AUTH_ALLOWED_CALLERS"]; got != "x" {
+			t.Errorf("status-writer.auth.allowedCallers was replaced: %q", got)
+		}
+	})
+
+	// A values file from the seeds' world (argocd/applications/agents/values.yaml's shape).
+	t.Run("the seeds' values", func(t *testing.T) {
+		seeds := `
+controller:
+  namespaces: [agents, team-b]
+  jobTtlSecondsAfterFinished: 0
+  agentRunRetentionSeconds: 7200
+  concurrency: {namespace: 5, agent: 2, cluster: 50}
+  queue: {namespace: 100, repo: 20, cluster: 1000}
+  rate: {windowSeconds: 30, namespace: 10, repo: 5, cluster: 60}
+  admissionPolicy:
+    imagesAllowed: ["registry.example.com/agents/*"]
+    blockedSecrets: [prod-db]
+grpc:
+  enabled: true
+  port: 7000
+rbac:
+  clusterScoped: false
+controllers:
+  enabled: true
+  env:
+    vars:
+      JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN: "30"
+      JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS: "45000"
+env:
+  vars:
+    JANGAR_GRPC_ENABLED: "true"
+    JANGAR_LOG_LEVEL: debug
+controlPlane:
+  env:
+    vars:
+      JANGAR_WATCH_HEARTBEAT: 10s
+redis:
+  url: redis://redis.agents:6379/0
+  passwordSecretRef: {name: redis, key: password}
+`
+		f := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(f, []byte(seeds), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		objs := umbrellaObjects(t, h, "agents", "-f", f)
+		want := map[string]map[string]string{
+			"run-controller": {
+				"JANGAR_AGENTS_CONTROLLER_NAMESPACES": "agents,team-b", "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS": "0",
+				"JANGAR_AGENTS_CONTROLLER_CONCURRENCY_NAMESPACE": "5", "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_AGENT": "2", "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_CLUSTER": "50",
+				"JANGAR_AGENTS_CONTROLLER_QUEUE_NAMESPACE": "100", "JANGAR_AGENTS_CONTROLLER_QUEUE_REPO": "20", "JANGAR_AGENTS_CONTROLLER_QUEUE_CLUSTER": "1000",
+				"JANGAR_AGENTS_CONTROLLER_RATE_WINDOW_SECONDS": "30", "JANGAR_AGENTS_CONTROLLER_RATE_NAMESPACE": "10", "JANGAR_AGENTS_CONTROLLER_RATE_REPO": "5", "JANGAR_AGENTS_CONTROLLER_RATE_CLUSTER": "60",
+				"JANGAR_AGENTS_CONTROLLER_IMAGES_ALLOWED": "registry.example.com/agents/*", "JANGAR_AGENTS_CONTROLLER_BLOCKED_SECRETS": "prod-db",
+				"JANGAR_GRPC_PORT": "7000", "JANGAR_STATUS_WRITER_ADDR": "agents-status-writer:7000", "JANGAR_EVENT_EMITTER_ADDR": "agents-event-emitter:7000",
+				"JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN": "30", "JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS": "45000", "JANGAR_LOG_LEVEL": "debug", "JANGAR_GRPC_ENABLED": "true",
+			},
+			"job-gc":            {"JANGAR_AGENTS_CONTROLLER_NAMESPACES": "agents,team-b", "JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS": "7200", "JANGAR_GRPC_PORT": "7000"},
+			"cancel-propagator": {"JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS": "45000", "JANGAR_AGENTS_CONTROLLER_NAMESPACES": "agents,team-b"},
+			// The seeds put the events rate under controllers.env.vars; event-emitter is where it is read.
+			"event-emitter": {"JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN": "30", "JANGAR_REDIS_URL": "redis://redis.agents:6379/0", "JANGAR_REDIS_PASSWORD": "<from>", "JANGAR_GRPC_PORT": "7000"},
+			"status-writer": {"JANGAR_GRPC_PORT": "7000", "JANGAR_AGENTS_CONTROLLER_NAMESPACES": "agents,team-b", "JANGAR_LOG_LEVEL": "debug"},
+			"watch-gateway": {"JANGAR_WATCH_HEARTBEAT": "10s", "JANGAR_REDIS_URL": "redis://redis.agents:6379/0", "JANGAR_GRPC_PORT": "7000", "JANGAR_LOG_LEVEL": "debug"},
+		}
+		for svc, vars := range want {
+			env := containerEnv(t, objs, "agents-"+svc)
+			for k, v := range vars {
+				if env[k] != v {
+					t.Errorf("%s: %s=%q, want %q", svc, k, env[k], v)
+				}
+			}
+		}
+		if _, ok := containerEnv(t, objs, "agents-watch-gateway")["JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS"]; ok {
+			t.Error("controllers.env.vars reached watch-gateway (the control plane side)")
+		}
+		if _, ok := containerEnv(t, objs, "agents-run-controller")["JANGAR_WATCH_HEARTBEAT"]; ok {
+			t.Error("controlPlane.env.vars reached run-controller")
+		}
+		// A service's own block wins over the top-level value, and false or 0 are values too.
+		objs = umbrellaObjects(t, h, "agents", "-f", f, "--set", "job-gc.controller.namespaces={gc-only}", "--set", "status-writer.tests.enabled=false",
+			"--set", "run-controller.controller.concurrency.cluster=0")
+		if got := containerEnv(t, objs, "agents-job-gc")["JANGAR_AGENTS_CONTROLLER_NAMESPACES"]; got != "gc-only" {
+			t.Errorf("job-gc.controller.namespaces lost to controller.namespaces: %q", got)
+		}
+		if got := containerEnv(t, objs, "agents-run-controller")["JANGAR_AGENTS_CONTROLLER_CONCURRENCY_CLUSTER"]; got != "0" {
+			t.Errorf("run-controller.controller.concurrency.cluster=0 lost to the top-level 50: %q", got)
+		}
+		for key, o := range objs {
+			if at(o, "metadata", "annotations", "helm.sh/hook") == "test" && strings.Contains(key, "status-writer") {
+				t.Errorf("status-writer.tests.enabled=false still renders %s", key)
+			}
+		}
+	})
+
+	t.Run("enabled flags and the CRDs", func(t *testing.T) {
+		deployments := func(objs map[string]map[string]any) []string {
+			var out []string
+			for k := range objs {
+				if name, ok := strings.CutPrefix(k, "Deployment/agentplane-"); ok {
+					out = append(out, name)
+				}
+			}
+			sort.Strings(out)
+			return out
+		}
+		if got := deployments(umbrellaObjects(t, h, "agentplane")); len(got) != 6 {
+			t.Errorf("default: %v, want all six services", got)
+		}
+		if got := deployments(umbrellaObjects(t, h, "agentplane", "--set", "watch-gateway.enabled=false")); slices.Contains(got, "watch-gateway") || len(got) != 5 {
+			t.Errorf("watch-gateway.enabled=false: %v", got)
+		}
+		if got := deployments(umbrellaObjects(t, h, "agentplane", "--set", "controllers.enabled=false")); !reflect.DeepEqual(got, []string{"event-emitter", "status-writer", "watch-gateway"}) {
+			t.Errorf("controllers.enabled=false: %v", got)
+		}
+		crds := func(flags ...string) int {
+			n := 0
+			for _, o := range umbrellaObjects(t, h, "agentplane", append([]string{"--include-crds"}, flags...)...) {
+				if o["kind"] == "CustomResourceDefinition" {
+					n++
+				}
+			}
+			return n
+		}
+		if n := crds(); n != len(wantCRDs) {
+			t.Errorf("%d CRDs with the release, want %d", n, len(wantCRDs))
+		}
+		if n := crds("--set", "crds.enabled=false"); n != 0 {
+			t.Errorf("crds.enabled=false still installs %d CRDs", n)
+		}
+	})
+
+	// The schema is the service charts' own: their bounds hold here, and what the seeds name but
+	// agentplane does not have is refused by name.
+	t.Run("the schema refuses what a service chart refuses", func(t *testing.T) {
+		for _, c := range []struct{ field, set string }{
+			{"rateLimitPerMin", "event-emitter.events.rateLimitPerMin=0"},
+			{"workers", "run-controller.controller.workers=0"},
+			{"heartbeat", "watch-gateway.heartbeat=0s"},
+			{"/grpc/enabled", "grpc.enabled=false"},
+			{"vcsProviders", "controller.vcsProviders.enabled=true"},
+			{"port", "grpc.port=0"},
+			{"noSuchService", "noSuchService.enabled=true"},
+		} {
+			stdout, stderr, err := h.run("template", "agentplane", "charts/agentplane", "--kube-version", renderKubeVersion, "--set", c.set)
+			if err == nil || !strings.Contains(stderr, c.field) {
+				t.Errorf("--set %s: want a schema error naming %s, got %v\n%s%s", c.set, c.field, err, stderr, stdout[:min(len(stdout), 200)])
+			}
+		}
+	})
+}
