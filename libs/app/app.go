@@ -135,6 +135,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("setup: %w", err)
 		}
 	}
+	rt.GRPC.InitMetrics()
 	ms := metrics.NewServer(reg, rt.Mux)
 
 	var lc net.ListenConfig

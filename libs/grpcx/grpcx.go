@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -68,6 +69,7 @@ type Server struct {
 
 	streams    context.Context
 	endStreams context.CancelFunc
+	metrics    *ServerMetrics
 }
 
 // NewServer returns a server instrumented with otelgrpc and metrics, with grpc.health.v1 and
@@ -75,10 +77,23 @@ type Server struct {
 func NewServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *Server {
 	s := &Server{Health: health.NewServer()}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
-	s.Server = newInstrumentedServer(reg, append([]grpc.ServerOption{grpc.ChainStreamInterceptor(s.endable)}, extra...)...)
+	s.Server, s.metrics = newInstrumentedServer(reg, append([]grpc.ServerOption{grpc.ChainStreamInterceptor(s.endable)}, extra...)...)
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)
 	return s
+}
+
+// InitMetrics creates the metric series of every method registered so far (handled with code OK,
+// and the latency histogram), so that dashboards and rate() see them before the first call
+// completes. app.Run calls it once the service has registered its own.
+func (s *Server) InitMetrics() {
+	for svc, info := range s.GetServiceInfo() {
+		for _, m := range info.Methods {
+			method := "/" + svc + "/" + m.Name
+			s.metrics.handled.WithLabelValues(method, codes.OK.String())
+			s.metrics.latency.WithLabelValues(method)
+		}
+	}
 }
 
 // EndStreams cancels the context of every open stream, so long-lived streams (health watches,
@@ -100,7 +115,7 @@ type endableStream struct {
 
 func (e *endableStream) Context() context.Context { return e.ctx }
 
-func newInstrumentedServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *grpc.Server {
+func newInstrumentedServer(reg prometheus.Registerer, extra ...grpc.ServerOption) (*grpc.Server, *ServerMetrics) {
 	m := NewServerMetrics(reg)
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
@@ -109,7 +124,7 @@ func newInstrumentedServer(reg prometheus.Registerer, extra ...grpc.ServerOption
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	return grpc.NewServer(append(opts, extra...)...)
+	return grpc.NewServer(append(opts, extra...)...), m
 }
 
 // retryServiceConfig retries UNAVAILABLE (a restarting peer) with backoff. Calls must still be

@@ -35,7 +35,7 @@ func serve(t *testing.T, reg *prometheus.Registry, svc healthpb.HealthServer) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newInstrumentedServer(reg)
+	s, _ := newInstrumentedServer(reg)
 	healthpb.RegisterHealthServer(s, svc)
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
@@ -83,5 +83,38 @@ func TestClientStopsRetryingAfterItsBudget(t *testing.T) {
 	}
 	if got := f.calls.Load(); got != 5 {
 		t.Fatalf("server saw %d calls, want maxAttempts=5", got)
+	}
+}
+
+// InitMetrics gives every registered method its series before any call: a dashboard's rate()
+// reads 0, not "no data", on a fresh or restarted server.
+func TestInitMetricsCreatesEachMethodsSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := NewServer(reg)
+	if n := testutil.CollectAndCount(reg, "grpc_server_handled_total"); n != 0 {
+		t.Fatalf("%d handled series before InitMetrics", n)
+	}
+	s.InitMetrics()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if mf.GetName() == "grpc_server_handled_total" && labels["grpc_method"] == "/grpc.health.v1.Health/Check" && labels["grpc_code"] == "OK" {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error("no grpc_server_handled_total series for /grpc.health.v1.Health/Check after InitMetrics")
+	}
+	if n := testutil.CollectAndCount(reg, "grpc_server_handling_seconds"); n == 0 {
+		t.Error("no latency series after InitMetrics")
 	}
 }

@@ -150,6 +150,12 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 			p.cancels.WithLabelValues(kind, outcome)
 		}
 	}
+	for _, kind := range []string{kindOR, kindAR} { // dashboards show 0 rather than no data
+		p.duration.WithLabelValues(kind)
+	}
+	for _, kind := range []string{kindAR, "Job", "Pod", "Workflow"} {
+		p.stopped.WithLabelValues(kind)
+	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(p.cancels, p.duration, p.stopped)
 	}

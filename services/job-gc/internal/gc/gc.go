@@ -132,6 +132,9 @@ func New(cfg Config, d Deps) (*GC, error) {
 		g.missing.WithLabelValues(ns)
 		g.failed.WithLabelValues(ns)
 	}
+	for _, kind := range []string{"Job", "AgentRun"} { // dashboards show 0 rather than no data
+		g.deletions.WithLabelValues(kind)
+	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(g.released, g.deletions, g.missing, g.failed,
 			holdCollector{g},

@@ -42,6 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	// The error series exist from the start, so alerts on rate() see the first failed write.
 	for kind := range kinds {
 		m.writes.WithLabelValues(kind, "error")
+		m.conflicts.WithLabelValues(kind)
 	}
 	reg.MustRegister(m.writes, m.latency, m.apiWrites, m.conflicts, m.coalesced)
 	return m

@@ -90,6 +90,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, tr := range [][2]string{{"sse", "access"}, {"sse", "write"}, {"sse", "lagged"}, {"grpc", "access"}, {"grpc", "send"}, {"grpc", "lagged"}} {
 		m.errors.WithLabelValues(tr[0], tr[1])
 	}
+	for _, tr := range []string{"sse", "grpc"} {
+		for _, reason := range []string{"unauthenticated", "forbidden", "unavailable"} {
+			m.denied.WithLabelValues(tr, reason)
+		}
+	}
 	reg.MustRegister(m.active, m.errors, m.Dispatch, m.denied, m.Reviews)
 	return m
 }
