@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 // patternEdges are the values at the edges of each pattern the charts' schemas use for a value
@@ -105,16 +107,6 @@ func schemaBoundaries(t *testing.T, root, chart string) []boundary {
 	return out
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // checkSchemaBounds (#13 item 6): a value a chart's schema accepts is one its binary accepts.
 // Each chart is rendered at each edge of its schema (release namespace "bounds"); when it renders,
 // its binary is started with the Deployment's environment (the downward API's fields filled in,
@@ -132,7 +124,11 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 				// Ports other than the one under test are free ones, so that the binary can bind them.
 				for _, p := range []string{"grpc.port", "metrics.port", "http.port"} {
 					if p != b.path && (p != "http.port" || chart == "watch-gateway") {
-						flags = append(flags, "--set", fmt.Sprintf("%s=%d", p, freePort(t)))
+						port, err := testenv.FreePort()
+						if err != nil {
+							t.Fatal(err)
+						}
+						flags = append(flags, "--set", fmt.Sprintf("%s=%d", p, port))
 					}
 				}
 				stdout, stderr, err := h.run(flags...)
