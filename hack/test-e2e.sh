@@ -15,7 +15,8 @@ trap 'rm -rf "$(dirname "$bin")"' EXIT
 go test -c -tags e2e -o "$bin" . || exit 1
 
 if [ -n "${E2E_RUN:-}" ] || [ -n "${AGENTPLANE_E2E_SERIAL:-}" ]; then
-  exec "$bin" -test.count=1 -test.v -test.timeout "$timeout" ${E2E_RUN:+-test.run "$E2E_RUN"}
+  "$bin" -test.count=1 -test.v -test.timeout "$timeout" ${E2E_RUN:+-test.run "$E2E_RUN"}
+  exit $?
 fi
 
 log=${E2E_SYSTEM_LOG:-/dev/null}
