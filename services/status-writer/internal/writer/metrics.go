@@ -43,6 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for kind := range kinds {
 		m.writes.WithLabelValues(kind, "error")
 		m.conflicts.WithLabelValues(kind)
+		m.coalesced.WithLabelValues(kind)
 	}
 	reg.MustRegister(m.writes, m.latency, m.apiWrites, m.conflicts, m.coalesced)
 	return m
