@@ -35,8 +35,8 @@ CONTROL_PLANE_ONLY=${AGENTPLANE_CONTROL_PLANE_ONLY:-0}
 APISERVER_BIND=${AGENTPLANE_APISERVER_BIND_ADDRESS:-127.0.0.1}
 APISERVER_OTLP=${AGENTPLANE_APISERVER_OTLP_ENDPOINT:-}
 # kube-controller-manager's default client rate (20 requests/s, burst 30) paces the Job controller
-# (a pod create and a few status updates per Job). Measured on two cores with one e2e fault round's
-# shape (200 runs: 260 AgentRuns, pods of 5-15 s): all finished in 97 s at 20/s, 66-80 s at 100/s.
+# (a pod create and a few status updates per Job), which hundreds of runs at once (the e2e fault
+# rounds, the benchmarks) wait on.
 KCM_QPS=${AGENTPLANE_KCM_QPS:-100}
 WITH_JAEGER=0
 if [ "$CONTROL_PLANE_ONLY" != 1 ] && [ -n "${JAEGER:-}" ] && [ -x "$JAEGER" ]; then
