@@ -179,19 +179,28 @@ test: deps tools test-unit test-integration test-e2e test-fuzz ## Run every test
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no external parts), under the race detector.
+	@echo ">> test-unit $$(date +%T)"
 	CGO_ENABLED=1 go test -race -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-integration
+# The packages run one at a time (-p 1: each starts its own kube-apiserver, etcd or redis-server),
+# but -p 1 would also compile their race-instrumented test binaries one at a time; so they are
+# compiled first at the default parallelism, each "run" by /bin/true, which runs no test.
 test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server, under the race detector (the services they start too).
+	@echo ">> test-integration: compiling $$(date +%T)"
+	@CGO_ENABLED=1 go test -race -count=1 -tags integration -exec /bin/true $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))) >/dev/null
+	@echo ">> test-integration: running $$(date +%T)"
 	CGO_ENABLED=1 go test -race -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-e2e
 test-e2e: tools tools-jaeger build ## End-to-end: the local control plane, service containers, and the whole system in containers with Jaeger, TestWholeSystem beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
+	@echo ">> test-e2e $$(date +%T)"
 	cd e2e && go test -count=1 ./cmd/...
 	hack/test-e2e.sh
 
 .PHONY: test-fuzz
 test-fuzz: ## A short fuzz run of the secret redactor (20s), part of `make test`.
+	@echo ">> test-fuzz $$(date +%T)"
 	@$(MAKE) -s fuzz FUZZTIME=20s
 
 .PHONY: fuzz
