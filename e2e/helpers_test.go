@@ -23,11 +23,11 @@ var services = []string{"status-writer", "event-emitter", "job-gc", "cancel-prop
 
 func TestMain(m *testing.M) {
 	// The engine here cannot pull Ryuk's image; every test cleans up after itself instead.
-	os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 	// Inside a sandbox testcontainers would guess the default gateway as the Docker host; the
 	// engine publishes ports on this machine, so reach them on loopback only.
 	if os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
-		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+		_ = os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
 	}
 	os.Exit(m.Run())
 }

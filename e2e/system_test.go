@@ -152,7 +152,7 @@ func (s *system) waitPhase(t *testing.T, gvr schema.GroupVersionResource, name, 
 // timesErr says what is wrong with a finished run's timestamps (seed 000): both set, and
 // created <= startedAt <= finishedAt <= now.
 func timesErr(u *unstructured.Unstructured) error {
-	created := u.GetCreationTimestamp().Time.Truncate(time.Second)
+	created := u.GetCreationTimestamp().Truncate(time.Second)
 	started, err1 := time.Parse(time.RFC3339, field(u, "status", "startedAt"))
 	finished, err2 := time.Parse(time.RFC3339, field(u, "status", "finishedAt"))
 	if err1 != nil || err2 != nil {

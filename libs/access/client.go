@@ -18,7 +18,7 @@ import (
 
 // The variables a client of status-writer and event-emitter reads (the controllers), by name.
 const (
-	EnvServiceTokenFile     = "JANGAR_SERVICE_TOKEN_FILE"
+	EnvServiceTokenFile     = "JANGAR_SERVICE_TOKEN_FILE" //nolint:gosec // G101: the name of a variable that holds a path, not a credential
 	EnvClientCAFile         = "JANGAR_GRPC_CLIENT_CA_FILE"
 	EnvClientCertFile       = "JANGAR_GRPC_CLIENT_CERT_FILE"
 	EnvClientKeyFile        = "JANGAR_GRPC_CLIENT_KEY_FILE"

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = env.Stop()
-	os.Exit(code)
+	os.Exit(testenv.NoLeaks(code))
 }
 
 func namespace(t *testing.T) string {

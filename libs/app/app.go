@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	metricsL, err := lc.Listen(ctx, "tcp", cfg.MetricsAddr)
 	if err != nil {
-		grpcL.Close()
+		_ = grpcL.Close()
 		return fmt.Errorf("listen for metrics on %s: %w (set JANGAR_METRICS_ADDR to a free address)", cfg.MetricsAddr, err)
 	}
 	if o.Listening != nil {

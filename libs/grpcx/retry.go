@@ -35,7 +35,7 @@ func RetryUnavailable(ctx context.Context, r Retry, what string, fn func(ctx con
 		if !retryable {
 			return err
 		}
-		sleep := backoff/2 + rand.N(backoff/2+1)
+		sleep := backoff/2 + rand.N(backoff/2+1) //nolint:gosec // G404: jitter, not a secret
 		if ctx.Err() != nil || time.Now().Add(sleep).After(deadline) {
 			return fmt.Errorf("%s unavailable after %d attempts: %w", what, attempt, err)
 		}

@@ -73,6 +73,8 @@ type Collector struct {
 	dyn dynamic.Interface
 	hub *Hub
 
+	wg sync.WaitGroup // what Run started: informers, probes, health watches
+
 	mu      sync.Mutex
 	obs     Observation
 	deploys map[string]appsv1.Deployment
@@ -268,13 +270,20 @@ func (c *Collector) Run(ctx context.Context) error {
 	for name := range c.o.Targets {
 		c.ensureWatch(ctx, name)
 	}
-	go nsInf.Run(ctx.Done())
-	go depInf.Run(ctx.Done())
-	go podInf.Run(ctx.Done())
-	go crdInf.Run(ctx.Done())
-	go c.watchRedis(ctx)
-	go c.probeAPIServer(ctx)
-	go c.checkJobAPI(ctx)
+	// Run returns once everything it started has stopped, so a caller that cancels ctx and waits
+	// for Run leaves no informer or probe behind.
+	defer c.wg.Wait()
+	for _, f := range []func(){
+		func() { nsInf.Run(ctx.Done()) },
+		func() { depInf.Run(ctx.Done()) },
+		func() { podInf.Run(ctx.Done()) },
+		func() { crdInf.Run(ctx.Done()) },
+		func() { c.watchRedis(ctx) },
+		func() { c.probeAPIServer(ctx) },
+		func() { c.checkJobAPI(ctx) },
+	} {
+		c.wg.Go(f)
+	}
 	log.Info("collecting control-plane health", "namespace", c.o.Namespace)
 	return c.publish(ctx)
 }
@@ -420,7 +429,7 @@ func (c *Collector) ensureWatch(ctx context.Context, name string) {
 		c.setHealth(name, "", "SERVING")
 		return
 	}
-	go c.followHealth(wctx, name)
+	c.wg.Go(func() { c.followHealth(wctx, name) })
 }
 
 // followHealth lists the service's health names, then holds a Watch stream on each; when the
@@ -558,7 +567,7 @@ func (c *Collector) setHealth(name, svc, st string) {
 func probeEvery(ctx context.Context, interval time.Duration, probe func(context.Context) error, changed func(err, last error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	var last error = errNotChecked
+	last := errNotChecked
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := probe(pctx)
@@ -587,7 +596,7 @@ func (c *Collector) watchRedis(ctx context.Context) {
 		return
 	}
 	probeEvery(ctx, c.o.RedisInterval, func(ctx context.Context) error { return c.o.Redis.Ping(ctx).Err() }, func(err, last error) {
-		if err != nil && (last == nil || last == errNotChecked) {
+		if err != nil && (last == nil || errors.Is(last, errNotChecked)) {
 			c.hub.Error("Redis at " + c.o.RedisAddress + " is unreachable: " + err.Error())
 		}
 		c.edit(func(o *Observation) { o.RedisErr = err })

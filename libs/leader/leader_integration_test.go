@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = env.Stop()
-	os.Exit(code)
+	os.Exit(testenv.NoLeaks(code))
 }
 
 func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {

@@ -147,7 +147,7 @@ func Apply(cur Fields, generation int64, req Request, phases Phases, now time.Ti
 func nextUpdatedAt(prev *metav1.MicroTime, now time.Time) *metav1.MicroTime {
 	t := now.UTC().Truncate(time.Microsecond)
 	if prev != nil && !t.After(prev.Time) {
-		t = prev.Time.Add(time.Microsecond)
+		t = prev.Add(time.Microsecond)
 	}
 	mt := metav1.NewMicroTime(t)
 	return &mt

@@ -64,7 +64,7 @@ func TestApply(t *testing.T) {
 			cur:  Fields{Phase: PhaseRunning, ObservedGeneration: 1, UpdatedAt: mt(t1), StartedAt: tp(t0)},
 			gen:  1, req: Request{ObservedGeneration: 1, Phase: PhaseRunning},
 			check: func(t *testing.T, got Fields) {
-				if !got.UpdatedAt.Time.After(t1) {
+				if !got.UpdatedAt.After(t1) {
 					t.Fatalf("updatedAt %s did not move past %s", got.UpdatedAt, t1)
 				}
 			},

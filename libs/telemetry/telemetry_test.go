@@ -82,7 +82,7 @@ func TestResourceNamesThePodAndInstance(t *testing.T) {
 		}
 		out := map[attribute.Key]string{}
 		for _, kv := range res.Attributes() {
-			out[kv.Key] = kv.Value.Emit()
+			out[kv.Key] = kv.Value.String()
 		}
 		return out
 	}

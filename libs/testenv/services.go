@@ -32,7 +32,7 @@ func BuildService(dir, name string) (string, error) {
 	cmd := exec.Command("go", append(args, "./cmd/"+name)...)
 	cmd.Dir = filepath.Join(root, "services", name)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", name, err, b)
+		return "", fmt.Errorf("go build %s: %w\n%s", name, err, b)
 	}
 	return out, nil
 }

@@ -59,7 +59,10 @@ func forwardToPod(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface
 	ports, err := fw.GetPorts()
 	if err != nil || len(ports) == 0 {
 		stop()
-		return "", nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %v", namespace, pod, err)
+		if err == nil {
+			err = errors.New("none forwarded")
+		}
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %w", namespace, pod, err)
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), stop, nil
 }

@@ -118,7 +118,8 @@ func namespaceCompletion(g *globalOptions) cobra.CompletionFunc {
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// cobra runs completion as a command (__complete), so cmd carries Execute's context.
+		ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 		defer cancel()
 		list, err := kc.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -155,7 +156,7 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code
 		}
 	}()
 	quietKlog(args)
-	root, ran := newRootCommand(stdout, stderr)
+	root, ran := newRootCommand(stdout, stderr) //nolint:contextcheck // the commands take ctx from cobra (cmd.Context()), which ExecuteContext below sets
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

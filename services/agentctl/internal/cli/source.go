@@ -112,7 +112,7 @@ type kubeSource struct {
 	hub       *health.Hub
 	collector *health.Collector
 	cancel    context.CancelFunc
-	ready     chan struct{}
+	done      chan struct{} // closed when the collector has stopped
 }
 
 // dial, when set, reaches a service's health (a port-forward to one of its pods); without it
@@ -121,11 +121,13 @@ func newKubeSource(kc kubernetes.Interface, dyn dynamic.Interface, namespace str
 	hub := health.NewHub(1024, 256)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: namespace, Debounce: 300 * time.Millisecond, Dial: dial})
-	go func() { _ = c.Run(ctx) }()
-	return &kubeSource{hub: hub, collector: c, cancel: cancel}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	return &kubeSource{hub: hub, collector: c, cancel: cancel, done: done}
 }
 
-func (k *kubeSource) close() { k.cancel() }
+// close stops the collector and waits for it, its informers and probes to stop.
+func (k *kubeSource) close() { k.cancel(); <-k.done }
 
 // settle waits until the collector has published and gone quiet for a moment, so a one-shot
 // status is complete rather than the first partial view.

@@ -382,7 +382,7 @@ func watchLoop(ctx context.Context, src source, emit func(health.Event) error, o
 		if !o.retry {
 			return withCode(ExitUnavailable, fmt.Errorf("stream disconnected: %w (--retry=false)", err))
 		}
-		sleep := backoff/2 + rand.N(backoff/2+1)
+		sleep := backoff/2 + rand.N(backoff/2+1) //nolint:gosec // G404: jitter, not a secret
 		n.printf("stream disconnected: %v; reconnecting in %s (attempt %d)", err, sleep.Round(time.Millisecond), attempt+1)
 		select {
 		case <-ctx.Done():

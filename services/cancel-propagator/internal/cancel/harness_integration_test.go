@@ -39,7 +39,7 @@ var (
 	nsSerial       atomic.Int32
 )
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(testenv.NoLeaks(runMain(m))) }
 
 // runMain starts a real API server, Redis, status-writer and event-emitter, and builds
 // run-controller and cancel-propagator for the tests that run them as processes.

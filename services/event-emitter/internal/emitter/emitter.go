@@ -105,7 +105,6 @@ type Emitter struct {
 
 type series struct {
 	name     string
-	api      API
 	count    int32
 	first    time.Time
 	last     time.Time

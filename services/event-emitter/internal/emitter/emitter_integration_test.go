@@ -41,7 +41,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
+	os.Exit(testenv.NoLeaks(func() int {
 		var err error
 		if env, err = testenv.StartKube(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		return m.Run()
-	}())
+	}()))
 }
 
 // instance is one event-emitter replica: its own limiter (on the shared Redis), writer and

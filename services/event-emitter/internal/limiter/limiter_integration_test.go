@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = srv.Close()
-	os.Exit(code)
+	os.Exit(testenv.NoLeaks(code))
 }
 
 func client(t testing.TB) *redis.Client {

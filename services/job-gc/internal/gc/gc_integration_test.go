@@ -34,7 +34,7 @@ var (
 	nsSerial       atomic.Int32
 )
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(testenv.NoLeaks(runMain(m))) }
 
 // runMain starts a real API server, Redis, and status-writer and event-emitter binaries: job-gc
 // writes status and emits events through them as it does in a cluster.

@@ -66,7 +66,7 @@ const (
 	envLabelsReq     = "JANGAR_AGENTS_CONTROLLER_LABELS_REQUIRED"
 	envLabelsAllowed = "JANGAR_AGENTS_CONTROLLER_LABELS_ALLOWED"
 	envLabelsDenied  = "JANGAR_AGENTS_CONTROLLER_LABELS_DENIED"
-	envBlockedSecret = "JANGAR_AGENTS_CONTROLLER_BLOCKED_SECRETS"
+	envBlockedSecret = "JANGAR_AGENTS_CONTROLLER_BLOCKED_SECRETS" //nolint:gosec // G101: a variable's name, not a credential
 	envConcNS        = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_NAMESPACE"
 	envConcAgent     = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_AGENT"
 	envConcCluster   = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_CLUSTER"
@@ -93,7 +93,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		return v
 	}
 	ttl := nonNeg(envJobTTL, 600)
-	c.JobTTLSeconds = int32(min(ttl, 1<<31-1))
+	c.JobTTLSeconds = int32(min(ttl, 1<<31-1)) //nolint:gosec // G115: bounded to int32 by the min
 	c.JobFinalizer = env.Bool(envJobFinalizer, true)
 	c.Workers = env.Int(envWorkers, 4)
 	if c.Workers < 1 || c.Workers > 256 {

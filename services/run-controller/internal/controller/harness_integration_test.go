@@ -40,7 +40,7 @@ var (
 	nsSerial atomic.Int32
 )
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(testenv.NoLeaks(runMain(m))) }
 
 func runMain(m *testing.M) int {
 	var err error

@@ -39,7 +39,7 @@ func (c *Controller) reconcileWorkflowRun(ctx context.Context, ar *agentsv1alpha
 	byStep := map[string]map[int32]*batchv1.Job{}
 	for _, j := range c.jobsOf(ar.Namespace, ar.Name) {
 		step := j.Labels[agentsv1alpha1.LabelWorkflowStep]
-		n, err := strconv.Atoi(j.Labels[agentsv1alpha1.LabelAttempt])
+		n, err := strconv.ParseInt(j.Labels[agentsv1alpha1.LabelAttempt], 10, 32)
 		if step == "" || err != nil {
 			continue
 		}

@@ -137,7 +137,7 @@ func (w *Writer) Write(ctx context.Context, req Request) (Result, error) {
 		req.FieldManager = DefaultFieldManager
 	}
 	c := &call{req: req, kind: k, extra: extra, done: make(chan struct{}), span: trace.SpanContextFromContext(ctx)}
-	w.enqueue(c)
+	w.enqueue(c) //nolint:contextcheck // a batch serves many callers and outlives each one's context; it runs detached, linked to each caller's span
 	select {
 	case <-c.done:
 		return c.result, c.err

@@ -47,7 +47,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
+	os.Exit(testenv.NoLeaks(func() int {
 		var err error
 		if env, err = testenv.StartKube(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -78,7 +78,7 @@ func TestMain(m *testing.M) {
 		}
 		defer sw.Close()
 		return m.Run()
-	}())
+	}()))
 }
 
 func newNamespace(t testing.TB) string {

@@ -126,7 +126,7 @@ func TestTokenAccessOverSSE(t *testing.T) {
 
 	// The granted token streams; a second stream at once reuses the cached decision.
 	before := reviews.get("token")
-	resp := get(t, st.url, viewer)
+	resp := get(t, st.url, viewer) //nolint:bodyclose // closed by the defer on the next line
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("granted token: %d", resp.StatusCode)

@@ -462,6 +462,9 @@ func TestBenchSSEClient(t *testing.T) {
 			defer conn.Close()
 			fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", path, host)
 			resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4096), nil)
+			if resp != nil {
+				defer resp.Body.Close()
+			}
 			if err != nil || resp.StatusCode != http.StatusOK {
 				failed.Add(1)
 				<-sem

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BENCH_SSE_URL") != "" {
 		os.Exit(m.Run()) // the watcher process of BenchmarkSSEWatchers needs no API server
 	}
-	os.Exit(func() int {
+	os.Exit(testenv.NoLeaks(func() int {
 		var err error
 		if env, err = testenv.StartKube(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 		}
 		defer rds.Close()
 		return m.Run()
-	}())
+	}()))
 }
 
 // fakeService is a real gRPC server with grpc.health.v1, standing in for an agentplane service.
@@ -119,19 +120,32 @@ func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan rec
 	if lastID != "" {
 		client.LastEventID.Store([]byte(lastID))
 	}
-	raw := make(chan *sse.Event, 256)
-	go func() { _ = client.SubscribeChanRawWithContext(ctx, raw) }()
-	out := make(chan received, 256)
-	// The reader may outlive the test; it records a bad event for the test to report at its
-	// end instead of calling t after the test has finished.
-	var bad atomic.Value
+	// The stream and its reader stop when ctx is done or the test ends, whichever is first, and
+	// the test waits for both (the SSE client never closes raw, so the reader also watches ctx).
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var bad atomic.Value // a bad event, reported by the test itself at its end
 	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
 		if b, ok := bad.Load().(string); ok {
 			t.Errorf("data is not one JSON object: %q", b)
 		}
 	})
-	go func() {
-		for msg := range raw {
+	raw := make(chan *sse.Event, 256)
+	wg.Go(func() { _ = client.SubscribeChanRawWithContext(ctx, raw) })
+	out := make(chan received, 256)
+	wg.Go(func() {
+		for {
+			var msg *sse.Event
+			select {
+			case <-ctx.Done():
+				return
+			case msg = <-raw:
+			}
+			if msg == nil {
+				return
+			}
 			if len(msg.Data) == 0 {
 				continue // the retry hint and keep-alive comments carry no data
 			}
@@ -140,9 +154,13 @@ func subscribe(t *testing.T, ctx context.Context, url, lastID string) <-chan rec
 				bad.CompareAndSwap(nil, string(msg.Data))
 				continue
 			}
-			out <- received{event: string(msg.Event), id: string(msg.ID), data: w}
+			select {
+			case out <- received{event: string(msg.Event), id: string(msg.ID), data: w}:
+			case <-ctx.Done():
+				return
+			}
 		}
-	}()
+	})
 	return out
 }
 
@@ -623,10 +641,13 @@ func TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown(t *testing.T) {
 	if again.StatusCode != http.StatusServiceUnavailable || again.Header.Get("Retry-After") == "" {
 		t.Fatalf("a watch after CloseStreams: %d, want 503 with Retry-After", again.StatusCode)
 	}
-	head, err := http.Head(httptest.NewServer(NewGateway(hub, "default", time.Second, 1, nil)).URL + StreamPath)
+	hs := httptest.NewServer(NewGateway(hub, "default", time.Second, 1, nil))
+	defer hs.Close()
+	head, err := http.Head(hs.URL + StreamPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer head.Body.Close()
 	if head.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("HEAD: %d, want 405", head.StatusCode)
 	}

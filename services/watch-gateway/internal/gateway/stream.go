@@ -233,7 +233,7 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 		} else {
 			b = encodeSSE(ev)
 		}
-		_, err := w.Write(b)
+		_, err := w.Write(b) //nolint:gosec // G705: JSON-encoded events on a text/event-stream or NDJSON response, never HTML
 		flusher.Flush()
 		return err
 	}

@@ -114,7 +114,7 @@ func GRPCServerOptions(svc config.Service, _ prometheus.Registerer) ([]grpc.Serv
 }
 
 // Setup registers the AgentctlService, the SSE endpoint and the collector.
-func Setup(_ context.Context, rt *app.Runtime) error {
+func Setup(ctx context.Context, rt *app.Runtime) error {
 	c, err := LoadConfig(config.FromOS(), rt.Config)
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	mux.Handle("GET "+gateway.StreamPath, otelhttp.NewHandler(gw, "GET "+gateway.StreamPath))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", c.HTTPAddr)
+	l, err := lc.Listen(ctx, "tcp", c.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen for HTTP on %s: %w (set JANGAR_HTTP_ADDR to a free address)", c.HTTPAddr, err)
 	}

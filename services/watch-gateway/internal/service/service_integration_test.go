@@ -26,7 +26,7 @@ import (
 var env *testenv.Kube
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
+	os.Exit(testenv.NoLeaks(func() int {
 		var err error
 		if env, err = testenv.StartKube(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		}
 		defer env.Stop()
 		return m.Run()
-	}())
+	}()))
 }
 
 // pki is a throw-away CA with a server certificate for 127.0.0.1 and a client certificate.
