@@ -224,6 +224,10 @@ test-integration: envtest-bin ## Integration tests against a real kube-apiserver
 	@echo ">> test-integration: running $$(date +%T)"
 	CGO_ENABLED=1 go test -race -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
+.PHONY: test-stress
+test-stress: envtest-bin ## The integration tier ROUNDS times (default 5) in a row under -race with stress-ng loading every core (installs stress-ng); not part of `make test`.
+	@PKGS="$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))" ROUNDS=$(or $(ROUNDS),5) hack/test-stress.sh
+
 .PHONY: test-e2e
 test-e2e: tools tools-jaeger build ## End-to-end: the local control plane, service containers, and the whole system in containers with Jaeger, TestWholeSystem beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
 	@echo ">> test-e2e $$(date +%T)"

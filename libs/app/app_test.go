@@ -18,9 +18,9 @@ import (
 	"github.com/agentplane/agentplane/libs/config"
 )
 
-func testConfig(t *testing.T) config.Service {
+func testConfig(t *testing.T, shutdownTimeout string) config.Service {
 	t.Helper()
-	cfg, err := config.LoadService(config.FromMap(map[string]string{"JANGAR_GRPC_PORT": "0", "JANGAR_METRICS_ADDR": "127.0.0.1:0", "JANGAR_SHUTDOWN_TIMEOUT": "5s"}), "test-service", 0, 0)
+	cfg, err := config.LoadService(config.FromMap(map[string]string{"JANGAR_GRPC_PORT": "0", "JANGAR_METRICS_ADDR": "127.0.0.1:0", "JANGAR_SHUTDOWN_TIMEOUT": shutdownTimeout}), "test-service", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,8 @@ func TestRunServesHealthAndMetricsAndStopsCleanly(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{
-			Config: testConfig(t),
+			// Far longer than the test waits: a stream left open would hold shutdown until then.
+			Config: testConfig(t, "10m"),
 			Setup: func(ctx context.Context, rt *Runtime) error {
 				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_setup_total", Help: "x"})
 				rt.Registry.MustRegister(c)
@@ -104,24 +105,21 @@ func TestRunServesHealthAndMetricsAndStopsCleanly(t *testing.T) {
 		r.Body.Close()
 	}
 
-	// An open health watch must not hold up shutdown: Run returns well within its 5s timeout.
-	stopAt := time.Now()
+	// An open health watch must not hold up shutdown: Run returns without waiting out its
+	// 10-minute timeout.
 	cancel()
-	for {
-		if _, err := watch.Recv(); err != nil {
-			break
-		}
-	}
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return within a minute of cancel with a health watch open: streams are not ended")
 	}
-	if d := time.Since(stopAt); d > 3*time.Second {
-		t.Errorf("shutdown took %s with a health watch open; streams are not ended", d)
+	for { // the watch was ended by the server, not left open
+		if _, err := watch.Recv(); err != nil {
+			break
+		}
 	}
 	select {
 	case <-taskStopped:
@@ -136,7 +134,7 @@ func TestRunServesHealthAndMetricsAndStopsCleanly(t *testing.T) {
 func TestRunStopsWhenATaskFails(t *testing.T) {
 	boom := errors.New("boom")
 	err := Run(context.Background(), Options{
-		Config: testConfig(t),
+		Config: testConfig(t, "5s"),
 		Setup: func(ctx context.Context, rt *Runtime) error {
 			rt.Go("failing", func(ctx context.Context) error { return boom })
 			return nil
@@ -153,7 +151,7 @@ func TestRunReportsATakenPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	cfg := testConfig(t)
+	cfg := testConfig(t, "5s")
 	cfg.GRPCAddr = l.Addr().String()
 	err = Run(context.Background(), Options{Config: cfg})
 	if err == nil || !strings.Contains(err.Error(), "JANGAR_GRPC_PORT") {

@@ -302,10 +302,13 @@ type fanout struct {
 	running bool
 }
 
-// fanoutWorkers is how many goroutines share one delta's sinks.
-// Writes to loopback sockets are CPU-bound system calls; with 10,000 watchers on two cores,
-// 2, 4 and 8 workers gave a dispatch p99 of 221, 178 and 165 ms (docs/benchmarks.md).
+// fanoutWorkers is how many goroutines share one delta's sinks: writes to sockets are
+// system calls, so a few per CPU keep every CPU writing while some block.
 var fanoutWorkers = max(4, 4*runtime.GOMAXPROCS(0))
+
+// FanoutWorkers returns how many goroutines share one delta's sinks (benchmarks compare against a
+// floor with as many).
+func FanoutWorkers() int { return fanoutWorkers }
 
 func (f *fanout) enqueue(h *Hub, b batch) {
 	f.mu.Lock()

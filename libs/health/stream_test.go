@@ -36,7 +36,7 @@ func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
 		if ev.Cursor != d3.Cursor || ev.Type != Delta {
 			t.Fatalf("live = %+v", ev)
 		}
-	case <-time.After(time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no live delta")
 	}
 	// Resuming from the latest cursor misses nothing and gets nothing.
@@ -174,7 +174,7 @@ func TestSinksGetEveryLaterDeltaOnceAndInOrder(t *testing.T) {
 	for i, r := range rs {
 		select {
 		case <-r.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("sink %d got %d of %d events", i, len(r.got), r.want)
 		}
 		r.mu.Lock()
@@ -210,7 +210,7 @@ func TestSinksGetEveryLaterDeltaOnceAndInOrder(t *testing.T) {
 	}
 	select {
 	case <-witness.done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("the witness got %d of 4 events", len(witness.got))
 	}
 	for i, r := range rs {
@@ -296,7 +296,7 @@ func TestErrorEventsReachEveryWatcherAndTheStreamGoesOn(t *testing.T) {
 			if got.Type != want {
 				t.Fatalf("subscriber event %d is %s, want %s", i, got.Type, want)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("subscriber event %d (%s) never came", i, want)
 		}
 		<-sink.ch

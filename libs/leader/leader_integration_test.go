@@ -5,13 +5,18 @@ package leader
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/testenv"
 )
@@ -29,12 +34,45 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.NoLeaks(code))
 }
 
+// leaseRequests returns a client for one candidate that counts its requests for Leases, so a
+// test can wait for a candidate's attempts rather than for time to pass.
+func leaseRequests(t *testing.T, n *atomic.Int32) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.Contains(r.URL.Path, "/leases/") {
+				n.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
 func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 	var leading, maxLeading atomic.Int32
 	started := make(chan string, 2)
+	requests := map[string]*atomic.Int32{"a": {}, "b": {}}
+	clients := map[string]kubernetes.Interface{"a": leaseRequests(t, requests["a"]), "b": leaseRequests(t, requests["b"])}
 	candidate := func(ctx context.Context, id string, wg *sync.WaitGroup) {
 		defer wg.Done()
-		err := Run(ctx, env.Client, Config{
+		err := Run(ctx, clients[id], Config{
 			Namespace: "default", Name: "test-lock", Identity: id,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		}, func(ctx context.Context) {
@@ -61,37 +99,77 @@ func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 		defer cancels[id]()
 	}
 	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after the deferred cancels: no candidate outlives the test
 	wg.Add(2)
 	go candidate(ctxs["a"], "a", &wg)
 	go candidate(ctxs["b"], "b", &wg)
-	first := <-started
+	var first string
+	select {
+	case first = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("nobody led within 30s")
+	}
 	second := map[string]string{"a": "b", "b": "a"}[first]
 	lease, err := env.Client.CoordinationV1().Leases("default").Get(context.Background(), "test-lock", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != first {
-		t.Fatalf("%s leads but the Lease names %v", first, lease.Spec.HolderIdentity)
+	if holder(lease) != first {
+		t.Fatalf("%s leads but the Lease names %q", first, holder(lease))
 	}
-	// The other must not lead while the first holds the lease.
+	// The other must not lead while the first holds the lease: let it try five more times (each
+	// try reads the Lease), then neither the Lease nor the work may have changed hands.
+	tried := requests[second].Load()
+	testenv.Eventually(t, 30*time.Second, second+" tries for the lease five more times", func() error {
+		if n := requests[second].Load(); n < tried+5 {
+			return fmt.Errorf("%d more requests", n-tried)
+		}
+		return nil
+	})
 	select {
 	case id := <-started:
 		t.Fatalf("%s started leading while %s held the lease", id, first)
-	case <-time.After(4 * time.Second):
+	default:
 	}
-	handover := time.Now()
+	if l, err := env.Client.CoordinationV1().Leases("default").Get(context.Background(), "test-lock", metav1.GetOptions{}); err != nil || holder(l) != first {
+		t.Fatalf("while %s led, the Lease was taken: %v %v", first, err, l)
+	}
+	// ReleaseOnCancel hands over without waiting out the lease: the Lease is emptied by the
+	// leaving leader before the other takes it (had it expired instead, the other would write
+	// itself over the old holder).
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	w, err := env.Client.CoordinationV1().Leases("default").Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=test-lock", ResourceVersion: lease.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	cancels[first]()
+	var holders []string
+	for ev := range w.ResultChan() {
+		l, ok := ev.Object.(*coordinationv1.Lease)
+		if !ok {
+			t.Fatalf("watch: %v", ev.Object)
+		}
+		if h := holder(l); len(holders) == 0 || holders[len(holders)-1] != h {
+			holders = append(holders, h)
+		}
+		if holder(l) == second {
+			break
+		}
+	}
+	if want := []string{first, "", second}; strings.Join(holders, ",") != strings.Join(want, ",") &&
+		strings.Join(holders, ",") != strings.Join(want[1:], ",") {
+		t.Fatalf("the Lease's holders after %s stopped were %q, want it released (\"\") before %s took it", first, holders, second)
+	}
 	select {
 	case id := <-started:
 		if id != second {
 			t.Fatalf("after %s stopped, %s leads", first, id)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s never took over after %s released the lease", second, first)
-	}
-	// ReleaseOnCancel hands over without waiting out the lease duration.
-	if d := time.Since(handover); d > 2500*time.Millisecond {
-		t.Errorf("handover took %s; the lease was not released on shutdown", d)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s holds the Lease but its work never started", second)
 	}
 	cancels[second]()
 	wg.Wait()
@@ -113,7 +191,9 @@ func TestRunWaitsForTheLeadersWorkToReturn(t *testing.T) {
 			func(ctx context.Context) {
 				close(leading)
 				<-ctx.Done()
-				time.Sleep(300 * time.Millisecond) // slow to wind down
+				// Slow to wind down: the scenario, not synchronisation. A Run that did not wait
+				// would return within this time (it returns once the Lease is released).
+				time.Sleep(300 * time.Millisecond)
 				finished.Store(true)
 			})
 	}()

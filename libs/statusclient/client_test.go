@@ -3,6 +3,7 @@ package statusclient
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/agentplane/agentplane/libs/grpcx"
+	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
@@ -62,7 +65,9 @@ func TestWriteWaitsOutARestartAndLosesNothing(t *testing.T) {
 	addr := freeAddr(t)
 	r := &recorder{}
 	first := serveOn(t, addr, r)
-	c, err := New(addr, "job-gc", Options{AttemptTimeout: 500 * time.Millisecond, RetryFor: 20 * time.Second})
+	watch, failed := testenv.FailedCalls() // the test waits on attempts, not on a clock
+	c, err := New(addr, "job-gc", Options{AttemptTimeout: 500 * time.Millisecond, RetryFor: 20 * time.Second,
+		Dial: grpcx.ClientOptions{Extra: []grpc.DialOption{watch}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +85,18 @@ func TestWriteWaitsOutARestartAndLosesNothing(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(1500 * time.Millisecond) // ...for longer than one attempt...
+	for i := 0; i < 2; i++ { // ...for two failed attempts...
+		select {
+		case err := <-failed:
+			if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+				t.Fatalf("attempt %d failed with %v, want UNAVAILABLE or its deadline", i+1, err)
+			}
+		case err := <-done:
+			t.Fatalf("write returned while status-writer was down: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no failed attempt %d seen in 30s", i+1)
+		}
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("write returned while status-writer was down: %v", err)
@@ -128,7 +144,12 @@ func TestWriteGivesUpAfterRetryFor(t *testing.T) {
 	if err == nil {
 		t.Fatal("write succeeded with no server")
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	// Ignoring RetryFor would mean the 60 s default: the bound tells the two apart with room for
+	// a loaded machine.
+	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("gave up after %s, want about RetryFor (1s)", d)
+	}
+	if !strings.Contains(err.Error(), "status-writer unavailable after") {
+		t.Fatalf("err = %v, want it to say status-writer was unavailable", err)
 	}
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,13 +45,12 @@ func TestReapOrphansKillsOnlyOrphans(t *testing.T) {
 	}
 
 	reapOrphans(bin)
-	deadline := time.Now().Add(5 * time.Second)
-	for ProcessRunning(orphan) {
-		if time.Now().After(deadline) {
-			t.Fatalf("orphan %d not killed", orphan)
+	Eventually(t, 30*time.Second, "the orphan killed", func() error {
+		if ProcessRunning(orphan) {
+			return fmt.Errorf("orphan %d still running", orphan)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if !ProcessRunning(child.Process.Pid) {
 		t.Fatal("the live test's own child was killed")
 	}

@@ -82,6 +82,9 @@ type Propagator struct {
 	ors, ars     map[string]cache.SharedIndexInformer
 	jobs, pods   map[string]cache.SharedIndexInformer
 	q            workqueue.TypedRateLimitingInterface[string]
+	// observe, when set (by tests), is called as the cancel of a queue key starts, and what it
+	// returns when it ends.
+	observe func(key string) func()
 
 	mu        sync.Mutex
 	requested map[types.UID]time.Time            // when this process first saw each cancel
@@ -320,6 +323,9 @@ func (p *Propagator) work(ctx context.Context) {
 		}
 		func() {
 			defer p.q.Done(k)
+			if p.observe != nil {
+				defer p.observe(k)()
+			}
 			kind, ns, name := splitKey(k)
 			ctx, span := tracer.Start(ctx, "Cancel "+kind, trace.WithAttributes(attribute.String("k8s.namespace", ns), attribute.String("k8s.object", name)))
 			defer span.End()

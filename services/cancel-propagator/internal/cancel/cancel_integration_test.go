@@ -159,7 +159,7 @@ func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
 	}
 	// Cancelling twice is the same as once.
 	f.cancel("orchestrationruns", "or1")
-	time.Sleep(500 * time.Millisecond)
+	f.settle(kindOR, "or1")
 	if got := f.metric("agentplane_cancel_propagator_cancels_total"); got != 2 { // or1 and its step a
 		t.Errorf("cancels after a second request = %v, want 2", got)
 	}
@@ -348,7 +348,7 @@ func TestNothingStartsAfterTheCancel(t *testing.T) {
 		// The step's Job succeeds and the cancel follows at once: run-controller is about to
 		// start step b when the cancel lands (or just after).
 		f.finishJob(job)
-		time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
+		time.Sleep(time.Duration(i%4) * 5 * time.Millisecond) // varies where the cancel lands: the scenario, not synchronisation
 		cancelRV[name] = f.cancel("orchestrationruns", name)
 	}
 	startedB := 0

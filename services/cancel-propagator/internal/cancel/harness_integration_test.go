@@ -67,6 +67,7 @@ type fixture struct {
 	orch     *rest.RESTClient
 	reg      *prometheus.Registry
 	p        *Propagator
+	rec      *testenv.Reconciles
 	stopProp func()
 }
 
@@ -109,6 +110,8 @@ func (f *fixture) start(cfg Config) {
 		f.t.Fatal(err)
 	}
 	f.p = p
+	f.rec = testenv.NewReconciles()
+	p.observe = f.rec.Observe
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -168,6 +171,17 @@ func (f *fixture) getOR(name string) (*orchv1alpha1.OrchestrationRun, error) {
 }
 
 // cancel sets spec.cancel with the seed's merge patch and returns the resourceVersion it made.
+// settle waits until the propagator has handled the named run of kind ("OrchestrationRun" or
+// "AgentRun") in a pass that began after this call, so a test can then assert that nothing
+// (more) happened instead of sleeping.
+func (f *fixture) settle(kind, name string) {
+	f.t.Helper()
+	k := key(kind, f.ns, name)
+	mark := f.rec.Mark(k)
+	f.p.q.Add(k)
+	f.rec.AwaitAfter(f.t, k, mark, time.Minute)
+}
+
 func (f *fixture) cancel(resource, name string) int64 {
 	f.t.Helper()
 	c := f.agents

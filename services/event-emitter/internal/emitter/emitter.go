@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -94,7 +95,10 @@ type Emitter struct {
 	limit   Decider
 	metrics *Metrics
 	queue   chan op
-	now     func() time.Time
+	// unwritten counts the events queued and not yet written (or failed), so that a caller
+	// can tell when the writer has caught up.
+	unwritten atomic.Int64
+	now       func() time.Time
 
 	mu     sync.Mutex
 	series map[string]*series
@@ -175,9 +179,11 @@ func (e *Emitter) Emit(ctx context.Context, ev Event) (Outcome, bool, error) {
 		e.gcSeries(now)
 	}
 	e.mu.Unlock()
+	e.unwritten.Add(1)
 	select {
 	case e.queue <- op{key: key, ev: ev}:
 	default:
+		e.unwritten.Add(-1)
 		e.metrics.dropped.Inc()
 		e.metrics.decisions.WithLabelValues(ev.Reason, "dropped").Inc()
 		return RateLimited, e.limit.Degraded(), nil

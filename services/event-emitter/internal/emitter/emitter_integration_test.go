@@ -243,7 +243,10 @@ func TestDisabledEmitsNothing(t *testing.T) {
 	if err != nil || resp.GetOutcome() != pb.EmitOutcome_EMIT_OUTCOME_DISABLED {
 		t.Fatalf("emit = %v %v", resp, err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Emit queues before it returns: nothing queued means nothing will be written.
+	if n := in.e.pending(); n != 0 {
+		t.Fatalf("%d events queued while disabled", n)
+	}
 	if n := occurrences(t, ns)["quiet"]; n != 0 {
 		t.Fatalf("%d events written while disabled", n)
 	}
@@ -345,7 +348,10 @@ func storm(t *testing.T, outage bool) {
 					once.Do(func() {
 						down := time.Now()
 						_ = rds.Stop()
-						time.Sleep(time.Second)
+						// Down until a replica has noticed and fallen back.
+						for !inst[0].lim.Degraded() {
+							inst[0].lim.Allow(context.Background(), "probe", "InvalidSpec", false)
+						}
 						_ = rds.Start()
 						degradedFor = time.Since(down)
 					})
@@ -364,28 +370,25 @@ func storm(t *testing.T, outage bool) {
 			t.Fatal("Redis was never stopped")
 		}
 		for i, in := range inst {
-			deadline := time.Now().Add(5 * time.Second)
-			for in.lim.Degraded() && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if in.lim.Degraded() {
-				t.Errorf("replica %d still degraded after Redis came back", i)
-			}
+			eventually(t, fmt.Sprintf("replica %d back on Redis", i), func() error {
+				if in.lim.Degraded() {
+					return fmt.Errorf("still degraded after Redis came back")
+				}
+				return nil
+			})
 		}
 	}
 	// Wait for the writers to drain, then count.
 	var counts map[string]int
 	eventually(t, "writers drained", func() error {
-		before := occurrences(t, ns)
-		time.Sleep(700 * time.Millisecond)
-		counts = occurrences(t, ns)
-		for k, v := range counts {
-			if before[k] != v {
-				return fmt.Errorf("still writing")
+		for i, in := range inst {
+			if n := in.e.pending(); n != 0 {
+				return fmt.Errorf("replica %d has %d events to write", i, n)
 			}
 		}
 		return nil
 	})
+	counts = occurrences(t, ns)
 	rate := float64(perMin) / 60
 	bound := float64(burst) + rate*elapsed.Seconds()
 	if outage {

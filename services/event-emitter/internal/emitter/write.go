@@ -35,9 +35,13 @@ func (e *Emitter) Run(ctx context.Context) error {
 			return nil
 		case o := <-e.queue:
 			e.write(ctx, o)
+			e.unwritten.Add(-1)
 		}
 	}
 }
+
+// pending returns how many accepted events are queued or being written.
+func (e *Emitter) pending() int64 { return e.unwritten.Load() }
 
 // API returns the Events API in use (empty until Run has chosen).
 func (e *Emitter) API() API {

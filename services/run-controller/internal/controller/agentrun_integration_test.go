@@ -151,8 +151,9 @@ func TestJobCreationIsIdempotentAcrossReplicas(t *testing.T) {
 		create(t, "agentruns", ns, jobRun(ns, fmt.Sprintf("r%02d", i), "codex"))
 	}
 	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() { startController(t, ns, func(c *Config) { c.Workers = 8 }) })
+	replicas := make([]*Controller, 2)
+	for i := range replicas {
+		wg.Go(func() { replicas[i] = startController(t, ns, func(c *Config) { c.Workers = 8 }) })
 	}
 	wg.Wait()
 	testenv.Eventually(t, 60*time.Second, "every run has its Job recorded", func() error {
@@ -163,7 +164,13 @@ func TestJobCreationIsIdempotentAcrossReplicas(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
+	// Each replica reconciles every run once more, with every jobRef recorded: none may make a
+	// second Job, and any reconcile still in flight has ended by then.
+	for _, c := range replicas {
+		for i := range runs {
+			settle(t, c, "AgentRun", ns, fmt.Sprintf("r%02d", i))
+		}
+	}
 	jobs := jobsIn(t, ns)
 	perRun := map[string]int{}
 	for _, j := range jobs {
@@ -277,7 +284,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 	for i := 1; i <= 6; i++ {
 		create(t, "agentruns", ns, jobRun(ns, fmt.Sprintf("q%d", i), "codex"))
 	}
-	startController(t, ns, func(c *Config) { c.Limits = Limits{ConcurrencyNamespace: 2, QueueNamespace: 3} })
+	c := startController(t, ns, func(c *Config) { c.Limits = Limits{ConcurrencyNamespace: 2, QueueNamespace: 3} })
 	started := func() map[string]bool {
 		out := map[string]bool{}
 		for _, j := range jobsIn(t, ns) {
@@ -315,7 +322,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond)
+	settle(t, c, "AgentRun", ns, "q4", "q5") // reconciled afresh with q1 done: still no slot
 	if s := started(); len(s) != 3 || s["q4"] || s["q5"] {
 		t.Fatalf("started %v, want q1-q3", s)
 	}

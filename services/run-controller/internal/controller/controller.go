@@ -67,6 +67,9 @@ type Controller struct {
 	limits *admission
 	// now is the clock (tests move it).
 	now func() time.Time
+	// observe, when set (by tests), is called as a reconcile of "<kind>/<namespace>/<name>"
+	// starts, and what it returns when it ends.
+	observe func(key string) func()
 
 	mu sync.Mutex
 	// warned remembers the last Warning reason emitted per object, so that a run waiting on the
@@ -205,6 +208,9 @@ func (c *Controller) work(ctx context.Context, q workqueue.TypedRateLimitingInte
 		}
 		func() {
 			defer q.Done(key)
+			if c.observe != nil {
+				defer c.observe(kind + "/" + key)()
+			}
 			ns, name, _ := cache.SplitMetaNamespaceKey(key)
 			ctx, span := c.tracer.Start(ctx, "Reconcile "+kind, trace.WithAttributes(
 				attribute.String("k8s.namespace.name", ns), attribute.String("k8s.object.name", name)))

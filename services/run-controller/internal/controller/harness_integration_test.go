@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,6 +97,9 @@ func startController(t *testing.T, ns string, mod func(*Config)) *Controller {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec := testenv.NewReconciles()
+	c.observe = rec.Observe
+	reconciles.Store(c, rec)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -108,6 +112,46 @@ func startController(t *testing.T, ns string, mod func(*Config)) *Controller {
 		ev.Close()
 	})
 	return c
+}
+
+// reconciles holds each started controller's record of its reconciles.
+var reconciles sync.Map // *Controller -> *testenv.Reconciles
+
+// settle waits until c has reconciled each named object of kind ("AgentRun" or
+// "OrchestrationRun") in a reconcile that began after this call, so it acted on everything its
+// cache held by then. A test asserts "nothing happened" after it, instead of after a sleep.
+func settle(t *testing.T, c *Controller, kind, ns string, names ...string) {
+	t.Helper()
+	v, _ := reconciles.Load(c)
+	rec := v.(*testenv.Reconciles)
+	q := c.runQ
+	if kind == "OrchestrationRun" {
+		q = c.orchQ
+	}
+	for _, name := range names {
+		key := kind + "/" + ns + "/" + name
+		mark := rec.Mark(key)
+		q.Add(ns + "/" + name)
+		rec.AwaitAfter(t, key, mark, time.Minute)
+	}
+}
+
+// cached waits until c's cache of AgentRuns holds ns/name in phase.
+func cached(t *testing.T, c *Controller, ns, name, phase string) {
+	t.Helper()
+	// A reconcile observed first orders this goroutine after Run's filling of c.runs (for the
+	// race detector: the hook's mutex is the synchronisation).
+	settle(t, c, "AgentRun", ns, name)
+	testenv.Eventually(t, 30*time.Second, "the controller's cache has "+name+" "+phase, func() error {
+		obj, ok, err := c.runs[ns].GetIndexer().GetByKey(ns + "/" + name)
+		if err != nil || !ok {
+			return fmt.Errorf("not cached: %v", err)
+		}
+		if got := obj.(*agentsv1alpha1.AgentRun).Status.Phase; got != phase {
+			return fmt.Errorf("cached in phase %q", got)
+		}
+		return nil
+	})
 }
 
 // Objects.

@@ -184,7 +184,7 @@ func childExists(t *testing.T, ns, name string) bool {
 func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
-	startController(t, ns, nil)
+	c := startController(t, ns, nil)
 	create(t, "orchestrations", ns, orchestration(ns, "diamond", step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")))
 	or := orchRun(ns, "dia", "diamond")
 	or.Annotations = map[string]string{"agentplane.dev/simulate-duration": "5s"}
@@ -203,7 +203,7 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 	if ref := controllerOf(a.OwnerReferences, "OrchestrationRun"); ref == nil || ref.UID != types.UID(getOrchRun(t, ns, "dia").UID) {
 		t.Errorf("owner %+v", a.OwnerReferences)
 	}
-	time.Sleep(500 * time.Millisecond)
+	settle(t, c, "OrchestrationRun", ns, "dia")
 	for _, n := range []string{"dia-b", "dia-c", "dia-d"} {
 		if childExists(t, ns, n) {
 			t.Fatalf("%s started before a succeeded", n)
@@ -224,7 +224,8 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 		return nil
 	})
 	finishStep(t, ns, "dia", "b", true)
-	time.Sleep(500 * time.Millisecond)
+	cached(t, c, ns, "dia-b", agentsv1alpha1.PhaseSucceeded)
+	settle(t, c, "OrchestrationRun", ns, "dia")
 	if childExists(t, ns, "dia-d") {
 		t.Fatal("d started before c succeeded")
 	}
@@ -251,7 +252,7 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 func TestAFailedStepFailsTheOrchestrationRunAndStartsNothingMore(t *testing.T) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
-	startController(t, ns, nil)
+	c := startController(t, ns, nil)
 	create(t, "orchestrations", ns, orchestration(ns, "diamond", step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")))
 	create(t, "orchestrationruns", ns, orchRun(ns, "dia", "diamond"))
 	finishStep(t, ns, "dia", "a", true)
@@ -268,7 +269,8 @@ func TestAFailedStepFailsTheOrchestrationRunAndStartsNothingMore(t *testing.T) {
 		t.Errorf("status %+v", got.Status)
 	}
 	finishStep(t, ns, "dia", "c", true)
-	time.Sleep(time.Second)
+	cached(t, c, ns, "dia-c", agentsv1alpha1.PhaseSucceeded)
+	settle(t, c, "OrchestrationRun", ns, "dia")
 	if childExists(t, ns, "dia-d") {
 		t.Fatal("d started after b failed")
 	}
@@ -277,7 +279,7 @@ func TestAFailedStepFailsTheOrchestrationRunAndStartsNothingMore(t *testing.T) {
 func TestOrchestrationProblemsAreReported(t *testing.T) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
-	startController(t, ns, nil)
+	c := startController(t, ns, nil)
 	create(t, "orchestrations", ns, orchestration(ns, "loop", step("x", "y"), step("y", "x")))
 	create(t, "orchestrationruns", ns, orchRun(ns, "cyc", "loop"))
 	create(t, "orchestrationruns", ns, orchRun(ns, "waits", "not-yet"))
@@ -302,7 +304,16 @@ func TestOrchestrationProblemsAreReported(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
+	// Once the controller's cache has the Orchestration, a fresh reconcile must still start
+	// nothing for the cancelled run.
+	settle(t, c, "OrchestrationRun", ns, "cancelled") // orders this goroutine after Run filled c.orchs
+	testenv.Eventually(t, 30*time.Second, "the controller's cache has Orchestration one", func() error {
+		if _, ok, err := c.orchs[ns].GetIndexer().GetByKey(ns + "/one"); err != nil || !ok {
+			return fmt.Errorf("not cached: %v", err)
+		}
+		return nil
+	})
+	settle(t, c, "OrchestrationRun", ns, "cancelled")
 	if childExists(t, ns, "cancelled-only") {
 		t.Error("a cancelled run started a step")
 	}

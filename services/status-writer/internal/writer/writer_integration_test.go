@@ -20,12 +20,14 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -126,6 +128,23 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	ns := newNamespace(t)
 	run := newRun(t, ns, "life")
 	ref := runRef(run)
+	// Time is the subject: the writer's clock is a fake one, moved on between the phases by more
+	// than the timestamps' one-second precision.
+	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	srv := NewServer(New(dyn, Options{Now: clk.Now}))
+	write := func(t testing.TB, req *pb.WriteStatusRequest) (agentsv1alpha1.AgentRunStatus, error) {
+		t.Helper()
+		req.FieldManager = "agentplane-test" // what the gRPC client names this caller
+		resp, err := srv.WriteStatus(context.Background(), req)
+		if err != nil {
+			return agentsv1alpha1.AgentRunStatus{}, err
+		}
+		var st agentsv1alpha1.AgentRunStatus
+		if err := json.Unmarshal(resp.GetStatusJson(), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st, nil
+	}
 
 	pending, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Pending", Reason: "Accepted"})
 	if err != nil {
@@ -134,7 +153,7 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	if pending.StartedAt != nil || pending.FinishedAt != nil || pending.UpdatedAt == nil || pending.ObservedGeneration != 1 {
 		t.Fatalf("pending status = %+v", pending)
 	}
-	time.Sleep(1100 * time.Millisecond) // timestamps have second precision: make the phases distinguishable
+	clk.Step(2 * time.Second)
 	running, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "JobRunning",
 		Fields: mustStruct(t, map[string]any{"jobRef": map[string]any{"name": "life-job", "namespace": ns, "uid": "u-1"}})})
 	if err != nil {
@@ -146,6 +165,7 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	if !running.UpdatedAt.After(pending.UpdatedAt.Time) {
 		t.Fatalf("updatedAt did not move: %s then %s", pending.UpdatedAt, running.UpdatedAt)
 	}
+	clk.Step(2 * time.Second)
 	again, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "JobRunning"})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +176,7 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	if again.JobRef == nil {
 		t.Fatal("a write that does not name jobRef cleared it")
 	}
-	time.Sleep(1100 * time.Millisecond)
+	clk.Step(2 * time.Second)
 	done, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Succeeded", Reason: "Completed",
 		Conditions: []*pb.Condition{{Type: "Succeeded", Status: "True", Reason: "Completed"}}})
 	if err != nil {
@@ -397,7 +417,9 @@ func TestWriteSurvivesAStatusWriterRestart(t *testing.T) {
 		return srv
 	}
 	srv := start()
-	c, err := statusclient.New(addr, "restart-test", statusclient.Options{AttemptTimeout: 500 * time.Millisecond})
+	watch, failed := testenv.FailedCalls()
+	c, err := statusclient.New(addr, "restart-test", statusclient.Options{AttemptTimeout: 500 * time.Millisecond,
+		Dial: grpcx.ClientOptions{Extra: []grpc.DialOption{watch}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +433,16 @@ func TestWriteSurvivesAStatusWriterRestart(t *testing.T) {
 		_, err := c.Write(context.Background(), &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Running"})
 		done <- err
 	}()
-	time.Sleep(time.Second)
+	for i := 1; i <= 2; i++ { // the write fails twice against the stopped server, then it returns
+		select {
+		case err := <-failed:
+			t.Logf("attempt %d failed as it should: %v", i, err)
+		case err := <-done:
+			t.Fatalf("the write returned while status-writer was down: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no failed attempt %d within 30s", i)
+		}
+	}
 	srv = start()
 	defer srv.Stop()
 	if err := <-done; err != nil {

@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/agentplane/agentplane/libs/grpcx"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
@@ -97,8 +98,11 @@ func TestTokenAccessOverSSE(t *testing.T) {
 	stranger := serviceAccountToken(t, kc, "sse-stranger")
 	revoke := grantStatus(t, kc, "sse-viewer")
 	reviews := &reviewCount{n: map[string]int{}}
+	// The decisions' cache runs on a fake clock: time passes for it only when the test says.
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	const ttl = 30 * time.Second
 	st := startGatewayWith(t, nil, 30*time.Second, 100, func(g *Gateway) {
-		g.RequireToken(access.NewReviewer(kc, "default", access.ReviewerOptions{OnReview: reviews.inc, AllowTTL: 300 * time.Millisecond, DenyTTL: 300 * time.Millisecond}), 200*time.Millisecond)
+		g.RequireToken(access.NewReviewer(kc, "default", access.ReviewerOptions{OnReview: reviews.inc, AllowTTL: ttl, DenyTTL: ttl, Clock: clk}), 200*time.Millisecond)
 	})
 
 	for _, c := range []struct {
@@ -165,8 +169,25 @@ func TestTokenAccessOverSSE(t *testing.T) {
 	}
 	waitLine("event: snapshot")
 
-	// Revoking the grant ends the open stream with an error event at the next re-check.
+	// Revoking the grant ends the open stream with an error event at the first re-check after
+	// the cached decision expired. The cache's time moves on past its TTL until the stream
+	// ends (the API server's authorizer may answer from before the revoke once more).
 	revoke()
+	moved := make(chan struct{})
+	var mover sync.WaitGroup
+	mover.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			clk.SetTime(clk.Now().Add(ttl + time.Second))
+			select {
+			case <-moved:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	defer func() { close(moved); mover.Wait() }()
 	waitLine("event: error")
 	if l := waitLine("data: "); !strings.Contains(l, "access ended") {
 		t.Fatalf("error event %q, want it to say access ended", l)
@@ -176,7 +197,7 @@ func TestTokenAccessOverSSE(t *testing.T) {
 		for ok {
 			_, ok = <-lines
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the stream stayed open after access was revoked")
 	}
 }

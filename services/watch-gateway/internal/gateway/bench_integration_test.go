@@ -179,7 +179,8 @@ func BenchmarkSSEWatchers(b *testing.B) {
 		if pinned {
 			placement = "gateway on CPU 0, watchers on CPUs " + watcherCPUs
 		}
-		fmt.Printf("SSE watchers: %d, %d deltas each, %s apart; %s\n", n, benchDeltas, benchInterval, placement)
+		fmt.Printf("SSE watchers: %d, %d deltas each, %s apart; %s; GOMAXPROCS %d, fan-out workers %d (gateway and floor)\n",
+			n, benchDeltas, benchInterval, placement, runtime.GOMAXPROCS(0), health.FanoutWorkers())
 		fmt.Printf("%-9s %13s %13s %10s %10s %10s %14s %14s %10s\n", "server", "dispatch p50", "dispatch p99", "e2e p50", "e2e p99", "e2e max", "received", "KiB/watcher", "gor/conn")
 		for _, r := range []struct {
 			name string
@@ -407,7 +408,7 @@ func (s *floorServer) publish(items []health.Item, t0 time.Time) {
 	s.mu.Lock()
 	conns := slices.Clone(s.conns)
 	s.mu.Unlock()
-	workers := max(4, 4*runtime.GOMAXPROCS(0)) // as the hub's fan-out
+	workers := health.FanoutWorkers() // as many as the hub's fan-out, in the same process
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
