@@ -244,9 +244,16 @@ fuzz: ## Fuzz the secret redactor for FUZZTIME (default 60s): a seeded corpus of
 	cd libs && go test -run '^$$' -fuzz FuzzRedactNeverLeaksTheCorpus -fuzztime $(or $(FUZZTIME),60s) ./redact/
 
 .PHONY: bench
-bench: tools build ## Benchmarks; each figure is printed as a ratio against a baseline measured in the same run (the last two run 1,000 AgentRuns, and a cancel of 100 running Jobs, each on its own local control plane).
-	go test -count=1 -run '^$$' -bench . -benchmem -tags integration $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
-	cd e2e && go test -count=1 -run '^$$' -bench 'RunControllerThousandRuns|CancelHundredRunningJobs' -benchtime 1x -timeout 45m -tags e2e .
+bench: tools build ## Benchmarks, one package at a time; each figure is printed as a ratio against a baseline measured in the same run (the last two run 1,000 AgentRuns, and a cancel of 100 running Jobs, each on its own local control plane). Results in .bench/<time>-<commit>/ (BENCH_COUNT=n runs each n times; BENCH_PKGS=... BENCH_E2E=0 a part).
+	@PKGS="$(or $(BENCH_PKGS),$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))))" BENCH_COUNT=$(or $(BENCH_COUNT),1) BENCH_E2E=$(or $(BENCH_E2E),1) hack/bench.sh
+
+.PHONY: bench-report
+bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
+	@run="$(or $(BENCH_RUN),$$(ls -d .bench/*/ 2>/dev/null | sort | tail -1))"; \
+	  [ -n "$$run" ] || { echo "no benchmark results in .bench/: run make bench first" >&2; exit 1; }; \
+	  rm -rf docs/bench-results && mkdir -p docs/bench-results && cp "$${run%/}"/*.txt docs/bench-results/ && \
+	  cd e2e && go run ./cmd/benchreport -run ../docs/bench-results -doc ../docs/benchmarks.md && \
+	  echo ">> docs/benchmarks.md: generated from $$run (copied to docs/bench-results/)"
 
 ##@ Local control plane
 

@@ -109,7 +109,15 @@ func newRun(t testing.TB, ns, name string) *agentsv1alpha1.AgentRun {
 
 func write(t testing.TB, req *pb.WriteStatusRequest) (agentsv1alpha1.AgentRunStatus, error) {
 	t.Helper()
-	resp, err := sw.Write(context.Background(), req)
+	return writeWith(t, sw.Write, req)
+}
+
+// writeWith writes through w (the gRPC client, or a Server called directly) and decodes the
+// AgentRun status it returns.
+func writeWith(t testing.TB, w func(context.Context, *pb.WriteStatusRequest) (*pb.WriteStatusResponse, error),
+	req *pb.WriteStatusRequest) (agentsv1alpha1.AgentRunStatus, error) {
+	t.Helper()
+	resp, err := w(context.Background(), req)
 	if err != nil {
 		return agentsv1alpha1.AgentRunStatus{}, err
 	}
@@ -135,15 +143,7 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	write := func(t testing.TB, req *pb.WriteStatusRequest) (agentsv1alpha1.AgentRunStatus, error) {
 		t.Helper()
 		req.FieldManager = "agentplane-test" // what the gRPC client names this caller
-		resp, err := srv.WriteStatus(context.Background(), req)
-		if err != nil {
-			return agentsv1alpha1.AgentRunStatus{}, err
-		}
-		var st agentsv1alpha1.AgentRunStatus
-		if err := json.Unmarshal(resp.GetStatusJson(), &st); err != nil {
-			t.Fatal(err)
-		}
-		return st, nil
+		return writeWith(t, srv.WriteStatus, req)
 	}
 
 	pending, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Pending", Reason: "Accepted"})

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/agentplane/agentplane/services/status-writer/internal/writer
+cpu: Some CPU
+BenchmarkStatusWriteCoalescing-2   	      40	  51234567 ns/op	         1.250 direct-api-writes/request	         0.2500 api-writes/request	         0.2000 ratio-vs-direct
+--- BENCH: BenchmarkStatusWriteCoalescing-2
+    bench_integration_test.go:160: goal met: 0.250 API writes per request (ratio 0.200 <= 0.3)
+BenchmarkStatusWriteCoalescing-2   	      40	  50000000 ns/op	         1.300 direct-api-writes/request	         0.2600 api-writes/request	         0.2000 ratio-vs-direct
+BenchmarkStatusWriteCoalescing-2   	      40	  49000000 ns/op	         1.200 direct-api-writes/request	         0.2400 api-writes/request	         0.2000 ratio-vs-direct
+pkg: github.com/agentplane/agentplane/services/event-emitter/internal/limiter
+BenchmarkLimiterDecisions/concurrency-64-2         	       1	1000 ns/op	         0.95 ours/raw
+--- BENCH: BenchmarkLimiterDecisions/concurrency-64-2
+    bench_integration_test.go:99: GOAL MISSED: ours/raw in rounds 0.700 (goal >= 0.8)
+PASS
+`
+
+func TestReportHasEveryFigureItsMedianAndTheGoals(t *testing.T) {
+	dir := t.TempDir()
+	meta := "run: 20261127T020000Z-abc1234\ndate: 2026-11-27T02:00:00Z\ncommit: abc1234\nhost: ci\ncpus: 2\ncpu: Some CPU\nmemory: 24 GiB\ngo: go1.26.8\npackages: ./services/status-writer/...\n"
+	if err := os.WriteFile(filepath.Join(dir, "meta.txt"), []byte(meta), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "integration.txt"), []byte(sample), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := report(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{
+		"2026-11-27T02:00:00Z, commit abc1234, ci: 2 CPUs (Some CPU), 24 GiB, go1.26.8.",
+		"Benchmarks run: ./services/status-writer/....",
+		"### StatusWriteCoalescing",
+		"| api-writes/request | 0.25 | 0.25, 0.26, 0.24 |",
+		"| direct-api-writes/request | 1.25 | 1.25, 1.3, 1.2 |",
+		"| ns/op | 50000000 | 51234567, 50000000, 49000000 |",
+		"- goal met: 0.250 API writes per request (ratio 0.200 <= 0.3)",
+		"### LimiterDecisions/concurrency-64",
+		"- GOAL MISSED: ours/raw in rounds 0.700 (goal >= 0.8)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "goal met") != 1 {
+		t.Errorf("a goal logged once is listed %d times", strings.Count(got, "goal met"))
+	}
+}
+
+func TestReportRefusesARunWithoutItsMachine(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "integration.txt"), []byte(sample), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := report(dir); err == nil || !strings.Contains(err.Error(), "meta.txt") {
+		t.Fatalf("err = %v, want it to name the missing meta.txt", err)
+	}
+}
+
+func TestSpliceReplacesOnlyTheGeneratedSection(t *testing.T) {
+	doc := []byte("# Benchmarks\n\nintro\n\n" + begin + "\nold\n" + end + "\n\n## hand-written\n")
+	got := string(splice(doc, []byte("new\n")))
+	want := "# Benchmarks\n\nintro\n\n" + begin + "\nnew\n" + end + "\n\n## hand-written\n"
+	if got != want {
+		t.Fatalf("splice =\n%s\nwant\n%s", got, want)
+	}
+	if got := string(splice([]byte("# B\n"), []byte("x\n"))); got != "# B\n\n"+begin+"\nx\n"+end+"\n" {
+		t.Fatalf("appended = %q", got)
+	}
+}
