@@ -154,6 +154,9 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	b.ReportMetric(direct.Seconds()/controller.Seconds(), "throughput_vs_direct")
 	b.ReportMetric(writes, "writes/run")
 	b.ReportMetric(d("get"), "controller_gets/run")
+	testenv.Goal(b, "throughput_vs_direct>=0.7", direct.Seconds()/controller.Seconds() >= 0.7)
+	testenv.Goal(b, "writes/run<=6", writes <= 6)
+	testenv.Goal(b, "controller_gets/run=0", d("get") == 0)
 	b.Logf("1000 runs: direct %s, through run-controller %s (%.2f of direct; goal >= 0.7); API writes per run %.2f "+
 		"(run-controller %.2f, status-writer %.2f, event-emitter %.2f; goal <= 6), run-controller single-object reads per run %.3f (goal 0)",
 		direct.Round(time.Millisecond), controller.Round(time.Millisecond), direct.Seconds()/controller.Seconds(), writes,

@@ -87,3 +87,16 @@ func (r *Reconciles) AwaitAfter(t testing.TB, key string, mark int, timeout time
 		}
 	}
 }
+
+// Goal reports whether a benchmark met one of its goals: a figure goal-met/<name>, 1 when met and
+// 0 when missed, which `make bench-report` lists under the benchmark, and a log line, so that a
+// missed goal is printed, not hidden.
+func Goal(b *testing.B, name string, met bool) {
+	b.Helper()
+	v, verdict := 0.0, "GOAL MISSED"
+	if met {
+		v, verdict = 1, "goal met"
+	}
+	b.ReportMetric(v, "goal-met/"+name)
+	b.Logf("%s: %s", verdict, name)
+}

@@ -1,7 +1,7 @@
 // Command benchreport turns the result files of one `make bench` run into the generated section
 // of docs/benchmarks.md: the machine, date and commit the run recorded (meta.txt), then for each
-// benchmark every figure it reported, with the median of its runs and each run, and the goals
-// the benchmarks logged as met or missed. The text between "<!-- bench-report:begin -->" and
+// benchmark every figure it reported, with the median of its runs and each run, and its goals
+// (figures named goal-met/<goal>, 1 when met) with how many runs met each. The text between "<!-- bench-report:begin -->" and
 // "<!-- bench-report:end -->" in the document is replaced; a document without the markers gets
 // them appended. `make bench-report` copies the newest run in .bench/ to docs/bench-results/ and
 // runs it there, so that the committed figures come with the files they were generated from.
@@ -29,6 +29,8 @@ import (
 const (
 	begin = "<!-- bench-report:begin -->"
 	end   = "<!-- bench-report:end -->"
+	// goalPrefix marks a figure that says whether a goal was met (1) or missed (0) in a run.
+	goalPrefix = "goal-met/"
 )
 
 func main() {
@@ -71,7 +73,6 @@ type result struct {
 	pkg   string
 	units []string             // in the order first reported
 	runs  map[string][]float64 // unit -> one value per run
-	goals []string             // "goal met: ..." and "GOAL MISSED: ..." lines it logged
 }
 
 // report reads a run directory and renders the section.
@@ -111,19 +112,31 @@ func report(dir string) ([]byte, error) {
 	fmt.Fprintf(&b, "Result files: `docs/bench-results/` (Go's benchmark format, which `benchstat` reads), copied from the run `.bench/%s/`.\n", meta["run"])
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n### %s\n\n`%s`\n\n| figure | median | runs |\n|---|---|---|\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
+		var goals []string
 		for _, u := range r.units {
 			vs := r.runs[u]
+			if g, ok := strings.CutPrefix(u, goalPrefix); ok {
+				met := 0
+				for _, v := range vs {
+					if v == 1 {
+						met++
+					}
+				}
+				line := fmt.Sprintf("- goal `%s`: met in all %d runs", g, len(vs))
+				if met < len(vs) {
+					line = fmt.Sprintf("- goal `%s`: **MISSED** in %d of %d runs", g, len(vs)-met, len(vs))
+				}
+				goals = append(goals, line)
+				continue
+			}
 			parts := make([]string, len(vs))
 			for i, v := range vs {
 				parts[i] = num(v)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s |\n", u, num(median(vs)), strings.Join(parts, ", "))
 		}
-		if len(r.goals) > 0 {
-			b.WriteString("\n")
-			for _, g := range r.goals {
-				fmt.Fprintf(&b, "- %s\n", g)
-			}
+		if len(goals) > 0 {
+			fmt.Fprintf(&b, "\n%s\n", strings.Join(goals, "\n"))
 		}
 	}
 	return b.Bytes(), nil
@@ -148,31 +161,22 @@ func readMeta(path string) (map[string]string, error) {
 	return m, nil
 }
 
-// parse reads Go's benchmark format: "pkg: ..." lines, result lines
-// ("BenchmarkX-2  N  v unit  v unit ..."), and the logged lines under a benchmark, of which
-// the goal verdicts are kept.
+// parse reads Go's benchmark format: "pkg: ..." lines and result lines
+// ("BenchmarkX-2  N  v unit  v unit ..."); everything else (logs, PASS, ok) is skipped.
 func parse(r io.Reader) ([]*result, error) {
 	var out []*result
 	byName := map[string]*result{}
-	pkg, last := "", ""
+	pkg := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "pkg: "):
 			pkg = strings.TrimPrefix(line, "pkg: ")
-		case strings.HasPrefix(line, "--- BENCH: ") || strings.HasPrefix(line, "--- FAIL: Benchmark"):
-			// The header above a benchmark's logged lines.
-			f := strings.Fields(line)
-			last = trimProcs(f[2])
 		case strings.HasPrefix(line, "Benchmark"):
 			fields := strings.Fields(line)
 			if len(fields) < 4 || len(fields)%2 != 0 {
-				if len(fields) >= 1 {
-					last = trimProcs(fields[0])
-				}
 				continue // a benchmark's name printed alone, before its logs
 			}
 			name := trimProcs(fields[0])
@@ -195,20 +199,6 @@ func parse(r io.Reader) ([]*result, error) {
 					res.units = append(res.units, u)
 				}
 				res.runs[u] = append(res.runs[u], v)
-			}
-			last = name
-		case strings.Contains(trimmed, "goal met") || strings.Contains(trimmed, "GOAL MISSED"):
-			// "file.go:123: goal met: ..." under the benchmark that logged it.
-			if _, msg, ok := strings.Cut(trimmed, ": "); ok && last != "" {
-				res := byName[pkg+" "+last]
-				if res == nil {
-					res = &result{name: last, pkg: pkg, runs: map[string][]float64{}}
-					byName[pkg+" "+last] = res
-					out = append(out, res)
-				}
-				if !slices.Contains(res.goals, msg) {
-					res.goals = append(res.goals, msg)
-				}
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 // BenchmarkLimiterDecisions measures, in one run on the same redis-server, decisions per second
@@ -19,7 +21,7 @@ import (
 // (the floor any Redis limiter pays), and github.com/go-redis/redis_rate/v10 (GCRA), both
 // interleaved and in alternating rounds of their own. Reported: ours/raw (goal >= 0.8),
 // ours/redis_rate (goal >= 1), and the over-grant of each limiter on one hot key: decisions
-// allowed beyond burst + rate x elapsed (goal 0); each goal is logged as met or missed.
+// allowed beyond burst + rate x elapsed (goal 0); each goal as a goal-met/ figure (1 or 0).
 func BenchmarkLimiterDecisions(b *testing.B) {
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("concurrency-%d", conc), func(b *testing.B) {
@@ -59,7 +61,6 @@ func BenchmarkLimiterDecisions(b *testing.B) {
 				},
 				func(key string) { _, err := gcra.Allow(ctx, "rr:"+key, limit); fail("redis_rate", err) },
 			}
-			names := []string{"raw", "ours", "redis_rate"}
 			perRound := 1500
 			if conc == 1 {
 				perRound = 500
@@ -108,24 +109,11 @@ func BenchmarkLimiterDecisions(b *testing.B) {
 			oursOver, rrOver := overGrantOurs(b, rdb, conc), overGrantRedisRate(b, rdb, conc)
 			b.ReportMetric(oursOver, "ours-overgrant")
 			b.ReportMetric(rrOver, "redis_rate-overgrant")
-			for _, g := range []struct {
-				what string
-				got  float64
-				ok   bool
-				goal string
-			}{
-				{"ours/raw interleaved", interleaved(1) / interleaved(0), interleaved(1)/interleaved(0) >= 0.8, ">= 0.8"},
-				{"ours/raw in rounds", rounds(1) / rounds(0), rounds(1)/rounds(0) >= 0.8, ">= 0.8"},
-				{"ours/redis_rate interleaved", interleaved(1) / interleaved(2), interleaved(1)/interleaved(2) >= 1, ">= 1"},
-				{"ours/redis_rate in rounds", rounds(1) / rounds(2), rounds(1)/rounds(2) >= 1, ">= 1"},
-				{"ours over-grant", oursOver, oursOver == 0, "0"},
-			} {
-				verdict := "goal met"
-				if !g.ok {
-					verdict = "GOAL MISSED"
-				}
-				b.Logf("%s: %s %.3f (goal %s); %s decisions/s alone: %.0f", verdict, g.what, g.got, g.goal, names[1], rounds(1))
-			}
+			testenv.Goal(b, "ours/raw>=0.8", interleaved(1)/interleaved(0) >= 0.8)
+			testenv.Goal(b, "ours/raw-rounds>=0.8", rounds(1)/rounds(0) >= 0.8)
+			testenv.Goal(b, "ours/redis_rate>=1", interleaved(1)/interleaved(2) >= 1)
+			testenv.Goal(b, "ours/redis_rate-rounds>=1", rounds(1)/rounds(2) >= 1)
+			testenv.Goal(b, "ours-overgrant=0", oursOver == 0)
 		})
 	}
 }

@@ -139,4 +139,5 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 	b.ReportMetric(direct.Seconds()/float64(b.N), "direct-s")
 	b.ReportMetric(viaGC.Seconds()/float64(b.N), "gc-s")
 	b.ReportMetric(direct.Seconds()/viaGC.Seconds(), "gc-vs-direct")
+	testenv.Goal(b, "gc-vs-direct>=0.8", direct.Seconds()/viaGC.Seconds() >= 0.8)
 }

@@ -46,6 +46,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/health"
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 const (
@@ -175,6 +176,9 @@ func BenchmarkSSEWatchers(b *testing.B) {
 		b.ReportMetric(gateway.BytesPerWatcher/baseline.BytesPerWatcher, "mem/baseline")
 		b.ReportMetric(pollingPerMin/watchingPerMin, "polling/watching")
 		b.ReportMetric(gateway.BytesPerWatcher/1024, "KiB/watcher")
+		testenv.Goal(b, "dispatch-p99<100ms", gateway.SrvP99 < 100*time.Millisecond)
+		testenv.Goal(b, "KiB/watcher<20", gateway.BytesPerWatcher/1024 < 20)
+		testenv.Goal(b, "polling/watching>=100", pollingPerMin/watchingPerMin >= 100)
 		placement := "gateway and watchers share every CPU"
 		if pinned {
 			placement = "gateway on CPU 0, watchers on CPUs " + watcherCPUs
