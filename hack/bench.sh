@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark and keeps the results: one directory per run under .bench/ (git-ignored),
-# named after the time and commit, with meta.txt (the machine, date and commit) and the output
-# of each tier in Go's benchmark format (integration.txt, e2e.txt), which `make bench-report`
+# named after the time and commit, with meta.txt (the machine, date and commit), each tier's
+# whole output (integration.log, e2e.log) and its results in Go's benchmark format
+# (integration.txt, e2e.txt), which `make bench-report`
 # turns into docs/benchmarks.md's generated section and benchstat reads. The integration
 # benchmarks run one package at a time (-p 1), so no two measure at once. PKGS names the
 # integration packages; BENCH_E2E=0 leaves out the two e2e benchmarks (a partial run, which
@@ -28,10 +29,15 @@ mkdir -p "$dir"
 } > "$dir/meta.txt"
 echo ">> bench: results in $dir"
 
+# Each tier's whole output goes to <tier>.log; <tier>.txt keeps the benchmark format only (the
+# configuration lines, the results, and the goal verdicts the benchmarks logged).
+results() { grep -E '^(goos|goarch|pkg|cpu): |^Benchmark|^--- (BENCH|FAIL)|^ +[^ ].*(goal met|GOAL MISSED)|^(ok|FAIL|PASS)' "$1.log" > "$1.txt" || true; }
 # shellcheck disable=SC2086
-go test -p 1 -count="$count" -run '^$' -bench . -benchmem -tags integration $pkgs 2>&1 | tee "$dir/integration.txt"
+go test -p 1 -count="$count" -run '^$' -bench . -benchmem -tags integration $pkgs 2>&1 | tee "$dir/integration.log"
+results "$dir/integration"
 if [ "${BENCH_E2E:-1}" != 0 ]; then
   (cd e2e && go test -count="$count" -run '^$' -bench 'RunControllerThousandRuns|CancelHundredRunningJobs' -benchtime 1x \
-    -timeout 45m -tags e2e .) 2>&1 | tee "$dir/e2e.txt"
+    -timeout 45m -tags e2e .) 2>&1 | tee "$dir/e2e.log"
+  results "$dir/e2e"
 fi
 echo ">> bench: results in $dir; \`make bench-report\` writes them into docs/benchmarks.md"

@@ -122,7 +122,7 @@ func report(dir string) ([]byte, error) {
 						met++
 					}
 				}
-				line := fmt.Sprintf("- goal `%s`: met in all %d runs", g, len(vs))
+				line := fmt.Sprintf("- goal `%s`: met in %d of %d runs", g, len(vs), len(vs))
 				if met < len(vs) {
 					line = fmt.Sprintf("- goal `%s`: **MISSED** in %d of %d runs", g, len(vs)-met, len(vs))
 				}
