@@ -93,6 +93,7 @@ type Propagator struct {
 	done      map[types.UID]bool                 // runs this process wrote Cancelled (the cache may lag)
 	jobRun    map[types.UID]string               // a cancelled run's Jobs (by UID) to the run's queue key
 	podsHit   map[types.UID]bool                 // pods this process asked to delete
+	jobsHit   map[types.UID]bool                 // Jobs this process deleted (its cache may not show it yet)
 	argo      struct {
 		checked time.Time
 		served  bool
@@ -129,7 +130,7 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 	p := &Propagator{
 		cfg: cfg, d: d, agents: agents, orch: orch, requested: map[types.UID]time.Time{},
 		acted: map[types.UID]map[string]int{}, jobUIDs: map[types.UID]map[types.UID]string{}, done: map[types.UID]bool{},
-		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{},
+		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{},
 		ors: map[string]cache.SharedIndexInformer{}, ars: map[string]cache.SharedIndexInformer{},
 		jobs: map[string]cache.SharedIndexInformer{}, pods: map[string]cache.SharedIndexInformer{},
 		q: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -303,6 +304,15 @@ func (p *Propagator) handlers(ns string) {
 				if pod, ok := unwrap(o).(*corev1.Pod); ok {
 					p.mu.Lock()
 					delete(p.podsHit, pod.UID)
+					p.mu.Unlock()
+				}
+				fn(o)
+			}
+		case p.jobs[ns]:
+			del = func(o any) {
+				if j, ok := unwrap(o).(*batchv1.Job); ok {
+					p.mu.Lock()
+					delete(p.jobsHit, j.UID)
 					p.mu.Unlock()
 				}
 				fn(o)
@@ -628,8 +638,13 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 }
 
 // stopJob suspends the Job (its controller deletes the pods and starts none) and deletes it.
+// A Job this process already deleted is not deleted or counted again, however stale the cache's
+// copy (a second pass can run before the cache shows the deletion).
 func (p *Propagator) stopJob(ctx context.Context, run types.UID, j *batchv1.Job) error {
-	if j.DeletionTimestamp != nil {
+	p.mu.Lock()
+	hit := p.jobsHit[j.UID]
+	p.mu.Unlock()
+	if j.DeletionTimestamp != nil || hit {
 		return nil
 	}
 	jobs := p.d.Kube.BatchV1().Jobs(j.Namespace)
@@ -644,6 +659,9 @@ func (p *Propagator) stopJob(ctx context.Context, run types.UID, j *batchv1.Job)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
+	p.mu.Lock()
+	p.jobsHit[j.UID] = true
+	p.mu.Unlock()
 	p.record(run, "Job", 1)
 	return nil
 }

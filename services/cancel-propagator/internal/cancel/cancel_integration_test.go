@@ -445,3 +445,24 @@ func TestTwoReplicasCancelOnce(t *testing.T) {
 		t.Errorf("events %v: want one CancelRequested", ev)
 	}
 }
+
+// A second pass over a run can still see a Job it deleted in the cache (the deletion not yet
+// observed): the Job is neither deleted again nor counted twice in "stopped N Job(s)".
+func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
+	f := newFixture(t)
+	f.apply(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"stale"},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`)
+	ar, err := f.getAR("stale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := f.job("stale-job", ar)
+	f.start(Config{Enabled: true, Timeout: time.Minute})
+	for range 2 { // the same copy twice, as a stale cache would hand it over
+		if err := f.p.stopJob(context.Background(), ar.UID, j.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.p.stoppedSummary(ar.UID); got != "1 Job(s)" {
+		t.Fatalf("stopped %q, want 1 Job(s)", got)
+	}
+}
