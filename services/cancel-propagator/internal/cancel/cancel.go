@@ -299,22 +299,16 @@ func (p *Propagator) handlers(ns string) {
 		switch inf {
 		case p.ors[ns], p.ars[ns]:
 			del = func(o any) { forget(o); fn(o) }
-		case p.pods[ns]:
-			del = func(o any) {
-				if pod, ok := unwrap(o).(*corev1.Pod); ok {
-					p.mu.Lock()
-					delete(p.podsHit, pod.UID)
-					p.mu.Unlock()
+		case p.pods[ns], p.jobs[ns]:
+			del = func(o any) { // gone: forget that this process deleted it
+				p.mu.Lock()
+				switch x := unwrap(o).(type) {
+				case *corev1.Pod:
+					delete(p.podsHit, x.UID)
+				case *batchv1.Job:
+					delete(p.jobsHit, x.UID)
 				}
-				fn(o)
-			}
-		case p.jobs[ns]:
-			del = func(o any) {
-				if j, ok := unwrap(o).(*batchv1.Job); ok {
-					p.mu.Lock()
-					delete(p.jobsHit, j.UID)
-					p.mu.Unlock()
-				}
+				p.mu.Unlock()
 				fn(o)
 			}
 		}
