@@ -16,7 +16,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/testenv"
 )
@@ -36,27 +35,16 @@ func TestMain(m *testing.M) {
 
 // leaseRequests returns a client for one candidate that counts its requests for Leases, so a
 // test can wait for a candidate's attempts rather than for time to pass.
-func leaseRequests(t *testing.T, n *atomic.Int32) kubernetes.Interface {
+func leaseRequests(t *testing.T, n *atomic.Int64) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if strings.Contains(r.URL.Path, "/leases/") {
-				n.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	})
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(testenv.CountRequests(env.Config, n, func(r *http.Request) bool {
+		return strings.Contains(r.URL.Path, "/leases/")
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func holder(l *coordinationv1.Lease) string {
 	if l.Spec.HolderIdentity == nil {
@@ -68,7 +56,7 @@ func holder(l *coordinationv1.Lease) string {
 func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 	var leading, maxLeading atomic.Int32
 	started := make(chan string, 2)
-	requests := map[string]*atomic.Int32{"a": {}, "b": {}}
+	requests := map[string]*atomic.Int64{"a": {}, "b": {}}
 	clients := map[string]kubernetes.Interface{"a": leaseRequests(t, requests["a"]), "b": leaseRequests(t, requests["b"])}
 	candidate := func(ctx context.Context, id string, wg *sync.WaitGroup) {
 		defer wg.Done()

@@ -2,11 +2,14 @@ package testenv
 
 import (
 	"context"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/rest"
 )
 
 // FailedCalls returns a dial option that reports every unary call ending in an error on the
@@ -100,3 +103,23 @@ func Goal(b *testing.B, name string, met bool) {
 	b.ReportMetric(v, "goal-met/"+name)
 	b.Logf("%s: %s", verdict, name)
 }
+
+// CountRequests returns a copy of cfg whose clients count, in n, each request for which match
+// returns true (every request when match is nil): a test waits on a client's attempts, a benchmark
+// counts what a path asked of the API server.
+func CountRequests(cfg *rest.Config, n *atomic.Int64, match func(*http.Request) bool) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if match == nil || match(r) {
+				n.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	return c
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

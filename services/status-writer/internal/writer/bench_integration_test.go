@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/testenv"
@@ -91,16 +90,8 @@ func BenchmarkStatusWriteCoalescing(b *testing.B) {
 	}
 	// The direct writers' client counts its PUTs.
 	var puts atomic.Int64
-	cfg := rest.CopyConfig(env.Config)
+	cfg := testenv.CountRequests(env.Config, &puts, func(r *http.Request) bool { return r.Method == http.MethodPut })
 	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodPut {
-				puts.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	})
 	res := dynamic.NewForConfigOrDie(cfg).Resource(agentsv1alpha1.GroupVersion.WithResource("agentruns")).Namespace(ns)
 	ctx := context.Background()
 	setCondition := func(name string, w, i int) error {
@@ -165,7 +156,3 @@ func BenchmarkStatusWriteCoalescing(b *testing.B) {
 	testenv.Goal(b, "api-writes/request<=0.3", through <= 0.3)
 	testenv.Goal(b, "ratio-vs-direct<=0.3", ratio <= 0.3)
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -43,7 +43,6 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/testenv"
@@ -62,21 +61,10 @@ func benchWatchers() int {
 	return 10000
 }
 
-// countingTransport counts the requests a client sends to the API server.
-type countingTransport struct {
-	rt http.RoundTripper
-	n  *atomic.Int64
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.rt.RoundTrip(r)
-}
-
+// countingClients count every request they send to the API server in n.
 func countingClients(n *atomic.Int64) (kubernetes.Interface, dynamic.Interface) {
-	cfg := rest.CopyConfig(env.Config)
+	cfg := testenv.CountRequests(env.Config, n, nil)
 	cfg.QPS, cfg.Burst = -1, 0 // never throttle: count what the code asks for
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, n: n} })
 	return kubernetes.NewForConfigOrDie(cfg), dynamic.NewForConfigOrDie(cfg)
 }
 
