@@ -14,3 +14,13 @@ for chart in status-writer event-emitter job-gc cancel-propagator run-controller
     } >"$out"
   done
 done
+# Redis settings, for the charts of services that use Redis.
+for chart in event-emitter watch-gateway; do
+  for src in "$ROOT"/charts/_shared/redis/*.tpl; do
+    name=${src#"$ROOT"/charts/_shared/redis/}
+    {
+      echo "{{- /* Generated from charts/_shared/redis/$name by make generate: edit it there. */}}"
+      sed "s/CHART/$chart/g" "$src"
+    } >"$ROOT/charts/$chart/templates/$name"
+  done
+done

@@ -18,10 +18,19 @@ type Redis struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	// args returns the command line after redis-server (nil: a plain server on port).
+	args func(r *Redis) []string
+	// listening: only wait for the port to accept connections (a server that wants TLS or a
+	// password does not answer a plain PING).
+	listening bool
 }
 
 // StartRedis starts redis-server from PATH.
-func StartRedis() (*Redis, error) {
+func StartRedis() (*Redis, error) { return startRedis(nil) }
+
+func startRedis(args func(r *Redis) []string) (*Redis, error) { return startRedisWith(false, args) }
+
+func startRedisWith(listening bool, args func(r *Redis) []string) (*Redis, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("redis-server not found on PATH: run `make deps` (apt-get install redis-server)")
 	}
@@ -33,7 +42,7 @@ func StartRedis() (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir}
+	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, args: args, listening: listening}
 	if err := r.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -46,8 +55,12 @@ func (r *Redis) Start() error {
 	if r.cmd != nil {
 		return nil
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir, "--protected-mode", "yes")
+	args := []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir, "--protected-mode", "yes"}
+	if r.args != nil {
+		args = r.args(r)
+	}
+	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -55,7 +68,12 @@ func (r *Redis) Start() error {
 	r.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(r.Addr) == nil {
+		if r.listening {
+			if c, err := net.DialTimeout("tcp", r.Addr, 200*time.Millisecond); err == nil {
+				_ = c.Close()
+				return nil
+			}
+		} else if ping(r.Addr) == nil {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

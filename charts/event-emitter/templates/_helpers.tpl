@@ -67,17 +67,7 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.events.rateLimitPerMin | int64 | quote }}
 - name: JANGAR_CONTROLLER_EVENTS_BURST
   value: {{ .Values.events.burst | int64 | quote }}
-{{- with .Values.redis.url }}
-- name: JANGAR_REDIS_URL
-  value: {{ . | quote }}
-{{- end }}
-{{- if .Values.redis.passwordSecretRef.name }}
-- name: JANGAR_REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.redis.passwordSecretRef.name | quote }}
-      key: {{ .Values.redis.passwordSecretRef.key | quote }}
-{{- end }}
+{{- include "event-emitter.redisEnv" . }}
 {{- end }}
 
 {{/*
@@ -117,6 +107,7 @@ charts/_shared, includes them).
               mountPath: /etc/agentplane/client-ca
               readOnly: true
             {{- end }}
+            {{- include "event-emitter.redisVolumeMounts" . }}
 {{- end }}
 
 {{- define "event-emitter.volumes" }}
@@ -133,6 +124,7 @@ charts/_shared, includes them).
           secret:
             secretName: {{ .Values.tls.clientCA.secretName | quote }}
         {{- end }}
+        {{- include "event-emitter.redisVolumes" . }}
 {{- end }}
 
 {{/*

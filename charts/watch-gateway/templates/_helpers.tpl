@@ -61,17 +61,7 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 - name: JANGAR_WATCH_TLS_CLIENT_CA_FILE
   value: /etc/watch-gateway/client-ca/{{ .Values.tls.clientCA.key }}
 {{- end }}
-{{- with .Values.redis.url }}
-- name: JANGAR_REDIS_URL
-  value: {{ . | quote }}
-{{- end }}
-{{- if .Values.redis.passwordSecretRef.name }}
-- name: JANGAR_REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.redis.passwordSecretRef.name | quote }}
-      key: {{ .Values.redis.passwordSecretRef.key | quote }}
-{{- end }}
+{{- include "watch-gateway.redisEnv" . }}
 {{- end }}
 
 {{/*
@@ -117,6 +107,7 @@ charts/_shared, includes them).
               mountPath: /etc/watch-gateway/client-ca
               readOnly: true
             {{- end }}
+            {{- include "watch-gateway.redisVolumeMounts" . }}
 {{- end }}
 
 {{- define "watch-gateway.volumes" }}
@@ -133,6 +124,7 @@ charts/_shared, includes them).
           secret:
             secretName: {{ .Values.tls.clientCA.secretName | quote }}
         {{- end }}
+        {{- include "watch-gateway.redisVolumes" . }}
 {{- end }}
 
 {{/*

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/grpcx"
 	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/redisx"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 	"github.com/agentplane/agentplane/services/event-emitter/internal/limiter"
@@ -71,17 +73,70 @@ type instance struct {
 	e      *Emitter
 	lim    *limiter.Limiter
 	client pb.EventEmitterClient
+
+	stormKey string // the storm's first object's bucket key
+
+	mu sync.Mutex
+	// switches are the limiter's degraded reports in order; degradedFor sums the time spent in
+	// the in-process fallback, periods counts its spells.
+	switches    []bool
+	since       time.Time
+	degradedFor time.Duration
+}
+
+// onDegraded is what the service wires to its health and metrics: here it keeps the record.
+func (in *instance) onDegraded(d bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.switches = append(in.switches, d)
+	if d {
+		in.since = time.Now()
+	} else {
+		in.degradedFor += time.Since(in.since)
+	}
+}
+
+// fallback returns the switches so far and the in-process allowance they earned: each spell in
+// the fallback buckets may allow a full burst plus what refills during it.
+func (in *instance) fallback(burst int, ratePerS float64) ([]bool, float64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	spells := 0
+	for _, d := range in.switches {
+		if d {
+			spells++
+		}
+	}
+	return append([]bool(nil), in.switches...), float64(spells*burst) + ratePerS*in.degradedFor.Seconds()
+}
+
+// singleRedis is a client of the test's single redis-server, as the service builds it.
+func singleRedis(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	return redisClient(t, redisx.Config{URL: "redis://" + rds.Addr + "/0"})
+}
+
+func redisClient(t testing.TB, c redisx.Config) redis.UniversalClient {
+	t.Helper()
+	rdb, err := redisx.New(c, redisx.Options{Timeout: 100 * time.Millisecond, PoolSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
 
 func startInstance(t testing.TB, name string, cfg Config, lcfg limiter.Config) *instance {
+	return startInstanceOn(t, name, cfg, lcfg, singleRedis(t))
+}
+
+func startInstanceOn(t testing.TB, name string, cfg Config, lcfg limiter.Config, rdb redis.UniversalClient) *instance {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
-		WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond, MaxRetries: -1, PoolSize: 64})
-	t.Cleanup(func() { rdb.Close() })
 	if lcfg.ProbeInterval == 0 {
 		lcfg.ProbeInterval = 200 * time.Millisecond
 	}
-	lim, err := limiter.New(rdb, lcfg, nil, nil)
+	in := &instance{}
+	lim, err := limiter.New(rdb, lcfg, in.onDegraded, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +164,8 @@ func startInstance(t testing.TB, name string, cfg Config, lcfg limiter.Config) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &instance{e: e, lim: lim, client: pb.NewEventEmitterClient(conn)}
+	in.e, in.lim, in.client = e, lim, pb.NewEventEmitterClient(conn)
+	return in
 }
 
 func namespace(t testing.TB) string {
@@ -301,32 +357,111 @@ func TestBadRequestsAreRefused(t *testing.T) {
 // TestStormStaysWithinTheBucket sends 10,000 failures about 50 objects through 4 replicas sharing
 // Redis. Counted through the API, no object gets more events than the shared bucket allows:
 // burst + rate x elapsed.
-func TestStormStaysWithinTheBucket(t *testing.T) { storm(t, false) }
+func TestStormStaysWithinTheBucket(t *testing.T) { storm(t, singleRedis, nil) }
 
-// TestStormWithRedisOutageStaysBounded stops Redis for a second in the middle of the same storm:
-// each replica falls back to its own bucket, so the bound grows by one bucket per replica for
-// the outage, and no more.
-func TestStormWithRedisOutageStaysBounded(t *testing.T) { storm(t, true) }
+// TestStormWithRedisOutageStaysBounded stops Redis in the middle of the same storm until a
+// replica has noticed: each replica falls back to its own bucket, so the bound grows by what
+// each replica's fallback allows for its time there (a burst per spell plus the refill), and no
+// more; every replica reports degraded, then healthy once Redis is back.
+func TestStormWithRedisOutageStaysBounded(t *testing.T) {
+	storm(t, singleRedis, func(t *testing.T, inst []*instance) {
+		_ = rds.Stop()
+		// Down until a replica has noticed and fallen back.
+		for !inst[0].lim.Degraded() {
+			inst[0].lim.Allow(context.Background(), "probe", "InvalidSpec", false)
+		}
+		if err := rds.Start(); err != nil {
+			t.Error(err)
+		}
+	})
+}
 
-func storm(t *testing.T, outage bool) {
+// TestStormThroughASentinelFailover runs the storm on a Sentinel group (a master, a replica,
+// three sentinels) and kills the master in the middle: the sentinels promote the replica, the
+// replicas' clients follow it, and the bound is the same as for an outage.
+func TestStormThroughASentinelFailover(t *testing.T) {
+	sg, err := testenv.StartRedisSentinel(1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sg.Close)
+	before, err := sg.Master(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	storm(t, func(t testing.TB) redis.UniversalClient {
+		return redisClient(t, redisx.Config{SentinelMaster: sg.Name, SentinelAddrs: sg.SentinelAddrs()})
+	}, func(t *testing.T, inst []*instance) {
+		_ = before.Stop()
+	})
+	after, err := sg.Master(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == before {
+		t.Fatalf("the sentinels still name %s as master after it was killed", before.Addr)
+	}
+}
+
+// TestStormThroughAClusterFailover runs the storm on a Redis Cluster of three masters, each with
+// a replica, and kills the master serving the first object's slot in the middle: its replica
+// takes the slots over, and the bound is the same as for an outage.
+func TestStormThroughAClusterFailover(t *testing.T) {
+	rc, err := testenv.StartRedisCluster(3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	var killed *testenv.Redis
+	var key string
+	storm(t, func(t testing.TB) redis.UniversalClient {
+		return redisClient(t, redisx.Config{ClusterAddrs: rc.Addrs()})
+	}, func(t *testing.T, inst []*instance) {
+		var err error
+		key = inst[0].stormKey
+		if killed, err = rc.MasterOf(context.Background(), key); err != nil {
+			t.Error(err)
+			return
+		}
+		_ = killed.Stop()
+	})
+	if killed == nil {
+		t.Fatal("no master was killed")
+	}
+	after, err := rc.MasterOf(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == killed {
+		t.Fatalf("%s still serves the killed master's slots", killed.Addr)
+	}
+}
+
+// storm sends the failures through 4 replicas on clients from rdb; fault, if set, is injected
+// once, a third of the way in, by replica 0's sender.
+func storm(t *testing.T, rdb func(t testing.TB) redis.UniversalClient, fault func(t *testing.T, inst []*instance)) {
 	const (
 		replicas, objects, failures = 4, 50, 10000
 		burst, perMin               = 5, 60
 	)
+	rate := float64(perMin) / 60
 	prefix := fmt.Sprintf("storm:%d", time.Now().UnixNano())
 	var inst []*instance
 	for i := 0; i < replicas; i++ {
-		inst = append(inst, startInstance(t, fmt.Sprintf("replica-%d", i), Config{Enabled: true, QueueSize: 5000},
-			limiter.Config{PerMinute: perMin, Burst: burst, Prefix: prefix}))
+		inst = append(inst, startInstanceOn(t, fmt.Sprintf("replica-%d", i), Config{Enabled: true, QueueSize: 5000},
+			limiter.Config{PerMinute: perMin, Burst: burst, Prefix: prefix}, rdb(t)))
 	}
 	ns := namespace(t)
 	var runs []*agentsv1alpha1.AgentRun
 	for i := 0; i < objects; i++ {
 		runs = append(runs, agentRun(t, ns, fmt.Sprintf("storm-%02d", i)))
 	}
+	for _, in := range inst {
+		in.stormKey = prefix + ":{" + string(runs[0].UID) + "}:bucket"
+	}
 	start := time.Now()
-	var degradedFor time.Duration
-	var once sync.Once
+	var faulted atomic.Bool
+	var sawDegraded atomic.Int32
 	var wg sync.WaitGroup
 	sent := make(chan int, failures)
 	for r := 0; r < replicas; r++ {
@@ -335,7 +470,7 @@ func storm(t *testing.T, outage bool) {
 			defer wg.Done()
 			for i := r; i < failures; i += replicas {
 				run := runs[i%objects]
-				_, _, err := inst[r].e.Emit(context.Background(), Event{
+				_, degraded, err := inst[r].e.Emit(context.Background(), Event{
 					Regarding: corev1.ObjectReference{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Namespace: ns, Name: run.Name, UID: run.UID},
 					Type:      "Warning", Reason: "InvalidSpec", Note: fmt.Sprintf("attempt %d failed", i), Action: "CreateJob",
 				})
@@ -343,18 +478,12 @@ func storm(t *testing.T, outage bool) {
 					t.Error(err)
 					return
 				}
+				if degraded {
+					sawDegraded.Add(1)
+				}
 				sent <- i
-				if outage && r == 0 && i > failures/3 {
-					once.Do(func() {
-						down := time.Now()
-						_ = rds.Stop()
-						// Down until a replica has noticed and fallen back.
-						for !inst[0].lim.Degraded() {
-							inst[0].lim.Allow(context.Background(), "probe", "InvalidSpec", false)
-						}
-						_ = rds.Start()
-						degradedFor = time.Since(down)
-					})
+				if fault != nil && r == 0 && i > failures/3 && !faulted.Swap(true) {
+					fault(t, inst)
 				}
 				time.Sleep(time.Millisecond) // spread the storm over a few seconds
 			}
@@ -365,17 +494,32 @@ func storm(t *testing.T, outage bool) {
 	if len(sent) != failures {
 		t.Fatalf("sent %d of %d", len(sent), failures)
 	}
-	if outage {
-		if degradedFor == 0 {
-			t.Fatal("Redis was never stopped")
+	if fault != nil {
+		if !faulted.Load() {
+			t.Fatal("the fault was never injected")
 		}
 		for i, in := range inst {
 			eventually(t, fmt.Sprintf("replica %d back on Redis", i), func() error {
 				if in.lim.Degraded() {
-					return fmt.Errorf("still degraded after Redis came back")
+					return fmt.Errorf("still degraded")
 				}
 				return nil
 			})
+			// What the replica now tells its callers.
+			_, degraded, err := in.e.Emit(context.Background(), Event{
+				Regarding: corev1.ObjectReference{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Namespace: ns, Name: runs[0].Name, UID: runs[0].UID},
+				Type:      "Warning", Reason: "InvalidSpec", Note: "after the fault", Action: "CreateJob",
+			})
+			if err != nil || degraded {
+				t.Errorf("replica %d after the fault: degraded=%v err=%v, want a healthy reply", i, degraded, err)
+			}
+		}
+		if sawDegraded.Load() == 0 {
+			t.Error("no reply during the storm said degraded")
+		}
+		sw, _ := inst[0].fallback(burst, rate)
+		if len(sw) < 2 || !sw[0] || sw[len(sw)-1] {
+			t.Errorf("replica 0 reported %v, want degraded then healthy", sw)
 		}
 	}
 	// Wait for the writers to drain, then count.
@@ -389,10 +533,13 @@ func storm(t *testing.T, outage bool) {
 		return nil
 	})
 	counts = occurrences(t, ns)
-	rate := float64(perMin) / 60
 	bound := float64(burst) + rate*elapsed.Seconds()
-	if outage {
-		bound += replicas * (float64(burst) + rate*degradedFor.Seconds())
+	for i, in := range inst {
+		sw, allowance := in.fallback(burst, rate)
+		if fault == nil && len(sw) > 0 {
+			t.Errorf("replica %d fell back to in-process buckets with Redis up: %v", i, sw)
+		}
+		bound += allowance
 	}
 	total, max := 0, 0
 	for _, run := range runs {
@@ -408,6 +555,6 @@ func storm(t *testing.T, outage bool) {
 			t.Errorf("%s got no event at all", run.Name)
 		}
 	}
-	t.Logf("%d failures over %s (Redis down %s): %d events recorded, at most %d per object (bound %.1f)",
-		failures, elapsed.Round(time.Millisecond), degradedFor.Round(time.Millisecond), total, max, bound)
+	t.Logf("%d failures over %s: %d events recorded, at most %d per object (bound %.1f; %d replies said degraded)",
+		failures, elapsed.Round(time.Millisecond), total, max, bound, sawDegraded.Load())
 }

@@ -26,8 +26,7 @@ type Config struct {
 	Burst           int
 	TransientWindow time.Duration
 	API             string
-	RedisURL        string
-	RedisPassword   string
+	Redis           redisx.Config
 	RedisTimeout    time.Duration
 }
 
@@ -39,11 +38,13 @@ func LoadConfig(env *config.Env) (Config, error) {
 		Burst:           env.Int("JANGAR_CONTROLLER_EVENTS_BURST", 5),
 		TransientWindow: env.Duration("JANGAR_CONTROLLER_EVENTS_TRANSIENT_WINDOW", 5*time.Minute),
 		API:             env.String("JANGAR_CONTROLLER_EVENTS_API", string(emitter.APIAuto)),
-		RedisURL:        env.String("JANGAR_REDIS_URL", "redis://127.0.0.1:6379/0"),
-		RedisPassword:   env.Secret("JANGAR_REDIS_PASSWORD"),
+		Redis:           redisx.LoadConfig(env, "redis://127.0.0.1:6379/0"),
 		RedisTimeout:    env.Duration("JANGAR_REDIS_TIMEOUT", 100*time.Millisecond),
 	}
 	if err := env.Err(); err != nil {
+		return c, err
+	}
+	if _, err := c.Redis.Mode(); err != nil {
 		return c, err
 	}
 	if c.PerMinute < 1 || c.Burst < 1 {
@@ -68,7 +69,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 		return err
 	}
 	kc, dyn := clients.Kube, clients.Dynamic
-	rdb, err := redisx.New(c.RedisURL, c.RedisPassword, redisx.Options{Timeout: c.RedisTimeout, PoolSize: 64})
+	rdb, err := redisx.New(c.Redis, redisx.Options{Timeout: c.RedisTimeout, PoolSize: 64})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -36,8 +35,7 @@ type Config struct {
 	Window          int
 	MaxStreams      int
 	Targets         map[string]string
-	RedisURL        string
-	RedisPassword   string
+	Redis           redisx.Config
 	TemporalAddress string
 	// Access control of the streams (package access).
 	AuthMode      access.Mode
@@ -54,8 +52,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		Debounce:        env.Duration("JANGAR_WATCH_DEBOUNCE", 500*time.Millisecond),
 		Window:          env.Int("JANGAR_WATCH_WINDOW", 1024),
 		MaxStreams:      env.Int("JANGAR_WATCH_MAX_STREAMS", 20000),
-		RedisURL:        env.String("JANGAR_REDIS_URL", ""),
-		RedisPassword:   env.Secret("JANGAR_REDIS_PASSWORD"),
+		Redis:           redisx.LoadConfig(env, ""),
 		TemporalAddress: env.String("JANGAR_TEMPORAL_ADDRESS", ""),
 		Targets:         map[string]string{},
 		AuthAudiences:   env.List("JANGAR_WATCH_AUTH_AUDIENCES", nil),
@@ -83,6 +80,9 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		c.Targets[name] = addr
 	}
 	if err := env.Err(); err != nil {
+		return c, err
+	}
+	if _, err := c.Redis.Mode(); err != nil {
 		return c, err
 	}
 	if c.Window < 1 || c.MaxStreams < 1 {
@@ -124,22 +124,16 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 		return err
 	}
 	kc, dyn := clients.Kube, clients.Dynamic
-	var rdb *redis.Client
-	redisAddr := ""
-	if c.RedisURL != "" {
-		if rdb, err = redisx.New(c.RedisURL, c.RedisPassword, redisx.Options{Timeout: time.Second}); err != nil {
-			return err
-		}
-		redisAddr = rdb.Options().Addr
+	rdb, err := redisx.New(c.Redis, redisx.Options{Timeout: time.Second})
+	if err != nil {
+		return err
 	}
 	hub := health.NewHub(c.Window, 64)
 	opts := health.CollectorOptions{
-		Namespace: c.Namespace, Targets: c.Targets, Debounce: c.Debounce, RedisAddress: redisAddr,
+		Namespace: c.Namespace, Targets: c.Targets, Debounce: c.Debounce, RedisAddress: c.Redis.Describe(),
 		TemporalAddress: c.TemporalAddress, GRPCAddress: rt.Config.GRPCAddr, Self: rt.Config.Name,
 	}
-	if rdb != nil { // a nil *redis.Client in the interface would not be nil
-		opts.Redis = rdb
-	}
+	opts.Redis = rdb // nil when Redis is not configured
 	collector := health.NewCollector(kc, dyn, hub, opts)
 	m := gateway.NewMetrics(rt.Registry)
 	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, m)
