@@ -68,6 +68,34 @@ func TestExpiredOrInvalidCursorGetsASnapshot(t *testing.T) {
 	}
 }
 
+// TestACursorFromAnotherReplicaGetsASnapshot: gateway replicas follow the same cluster, so their
+// hubs can hold the same history at the same positions; a watcher that reconnects to another
+// replica with its cursor still gets a snapshot there, never that replica's deltas after the same
+// number (they need not be the changes it missed). On the replica that issued it, the same cursor
+// resumes with exactly the missed deltas.
+func TestACursorFromAnotherReplicaGetsASnapshot(t *testing.T) {
+	a, b := NewHub(10, 10), NewHub(10, 10)
+	for _, h := range []*Hub{a, b} {
+		h.Update(items(Healthy))
+		h.Update(items(Degraded))
+	}
+	cursor := a.Current().Cursor
+	for _, h := range []*Hub{a, b} {
+		h.Update(items(Healthy))
+	}
+	if evs, s := a.Subscribe(cursor, false); len(evs) != 1 || evs[0].Type != Delta || evs[0].Items[0].Status != Healthy {
+		s.Close()
+		t.Fatalf("on the replica that issued the cursor: %+v, want the one missed delta", evs)
+	} else {
+		s.Close()
+	}
+	evs, s := b.Subscribe(cursor, false)
+	s.Close()
+	if len(evs) != 1 || evs[0].Type != Snapshot || evs[0].Items[0].Status != Healthy || evs[0].Cursor != b.Current().Cursor {
+		t.Fatalf("on another replica at the same position: %+v, want a snapshot of its current state and cursor", evs)
+	}
+}
+
 func TestFollowOnlySkipsTheSnapshot(t *testing.T) {
 	h := NewHub(5, 5)
 	h.Update(items(Healthy))

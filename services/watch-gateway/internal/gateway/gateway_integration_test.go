@@ -264,6 +264,48 @@ func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
 	}
 }
 
+// TestReconnectingToAnotherReplicaGetsASnapshot: two gateway replicas follow the same cluster
+// and Redis. A watcher of replica A that reconnects, with A's cursor as Last-Event-ID, to replica
+// B (as a Service may send it) gets B's snapshot of the current state, never B's deltas; back on
+// A, the same cursor resumes with exactly the missed deltas.
+func TestReconnectingToAnotherReplicaGetsASnapshot(t *testing.T) {
+	a := startGateway(t, nil, 30*time.Second, 100)
+	b := startGateway(t, nil, 30*time.Second, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	last := waitFor(t, subscribe(t, ctx, a.url, ""), state{}, "database healthy on A", func(s state) bool { return s["database"] == health.Healthy })
+	cancel()
+
+	if err := rds.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rds.Start() })
+	for _, st := range []stack{a, b} {
+		testenv.Eventually(t, 30*time.Second, "both replicas see Redis go", func() error {
+			if got := find(st.hub.Current().Items, "database"); got != health.Degraded {
+				return fmt.Errorf("database is %q", got)
+			}
+			return nil
+		})
+	}
+
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	select {
+	case r := <-subscribe(t, ctxB, b.url, last.id):
+		if r.event != "snapshot" || find(r.data.Items, "database") != health.Degraded || r.id != b.hub.Current().Cursor {
+			t.Fatalf("replica B answered A's cursor with %s %+v (id %q), want its snapshot: database degraded, B's cursor", r.event, r.data.Items, r.id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica B sent nothing")
+	}
+
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	if got := missedDeltas(t, subscribe(t, ctxA, a.url+"?heartbeat=1s", last.id), time.Minute, nil); strings.Join(got, ",") != "database=degraded" {
+		t.Fatalf("replica A resumed its own cursor with %v, want exactly the missed delta", got)
+	}
+}
+
 // TestSourceFailuresSendErrorEventsAndTheStreamGoesOn: Redis going away and a service's health
 // stream breaking each send an error event saying so; the stream goes on, and the component's
 // item shows it in a following delta, then the recovery.
