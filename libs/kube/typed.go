@@ -3,10 +3,12 @@ package kube
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -26,8 +28,22 @@ func RESTClientFor(base *rest.Config, gv schema.GroupVersion) (*rest.RESTClient,
 	return rc, nil
 }
 
-// NewInformer watches one resource of one namespace into typed objects of the example's type.
+// NewInformer watches one resource of one namespace into typed objects of the example's type,
+// cached without managedFields (DropManagedFields).
 func NewInformer(rc *rest.RESTClient, resource, namespace string, example runtime.Object, indexers cache.Indexers) cache.SharedIndexInformer {
 	lw := cache.NewListWatchFromClient(rc, resource, namespace, fields.Everything())
-	return cache.NewSharedIndexInformer(lw, example, 0, indexers)
+	inf := cache.NewSharedIndexInformer(lw, example, 0, indexers)
+	utilruntime.Must(inf.SetTransform(DropManagedFields))
+	return inf
+}
+
+// DropManagedFields is an informer transform: cached objects lose metadata.managedFields, the
+// server-side apply bookkeeping no controller here reads, and often the largest part of a small
+// object's metadata. An update sent from such a copy leaves the server's managedFields as they
+// are (an omitted field is not a reset). Anything without object metadata passes unchanged.
+func DropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -202,7 +202,7 @@ func (p *Propagator) Run(ctx context.Context) error {
 			}
 			return nil, nil
 		}})
-		f := informers.NewSharedInformerFactoryWithOptions(p.d.Kube, 0, informers.WithNamespace(ns),
+		f := informers.NewSharedInformerFactoryWithOptions(p.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = jobresult.Selector }))
 		p.jobs[ns] = f.Batch().V1().Jobs().Informer()
 		utilruntime.Must(p.jobs[ns].AddIndexers(cache.Indexers{byOwner: func(obj any) ([]string, error) {

@@ -153,7 +153,7 @@ func (g *GC) Run(ctx context.Context) error {
 	defer g.runQ.ShutDown()
 	var synced []cache.InformerSynced
 	for _, ns := range g.cfg.Namespaces {
-		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns),
+		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = jobresult.Selector
 			}))

@@ -150,7 +150,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			},
 		})
 		c.orchs[ns] = kube.NewInformer(c.orch, "orchestrations", ns, &orchv1alpha1.Orchestration{}, nil)
-		factory := informers.NewSharedInformerFactoryWithOptions(c.d.Kube, 0, informers.WithNamespace(ns),
+		factory := informers.NewSharedInformerFactoryWithOptions(c.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = agentsv1alpha1.LabelManagedBy + "=" + agentsv1alpha1.ManagedByRunController
 			}))
