@@ -1,0 +1,343 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+// scaleOffset keeps this benchmark's stack off the others' ports.
+const scaleOffset = 4000
+
+var (
+	orchRunsGVR = schema.GroupVersionResource{Group: "orchestration.proompteng.ai", Version: "v1alpha1", Resource: "orchestrationruns"}
+	orchGVR     = schema.GroupVersionResource{Group: "orchestration.proompteng.ai", Version: "v1alpha1", Resource: "orchestrations"}
+)
+
+// scaleTiers are the sizes BenchmarkScaleRuns applies, one after the other on one stack
+// (AGENTPLANE_BENCH_SCALE_TIERS, comma-separated; default 1000,10000).
+func scaleTiers() []int {
+	v := os.Getenv("AGENTPLANE_BENCH_SCALE_TIERS")
+	if v == "" {
+		return []int{1000, 10000}
+	}
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 10 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// BenchmarkScaleRuns is issue 16's item 2: on the local control plane (kwok plays the pods, which
+// succeed 1-5 s after they are Ready), each tier applies N AgentRuns and N/10 OrchestrationRuns
+// of 5 steps (a, then b and c, then d, then e: 5 more AgentRuns each) at once, and waits until
+// run-controller's cache counts every AgentRun Succeeded. Then, through the API: every
+// AgentRun and OrchestrationRun Succeeded, and run-controller created exactly one Job per
+// AgentRun (its jobs_created_total). Per tier it reports the time to drain, the API server's
+// requests per AgentRun (reads: get, list, watch; writes: the rest; from its own
+// apiserver_request_total, minus this benchmark's own requests), run-controller's and job-gc's
+// peak resident memory (sampled every second) and CPU seconds (from /proc), and status-writer's
+// and event-emitter's gRPC requests per second over the drain. Cost per run must not grow with
+// the number of runs: the last tier's requests and CPU per run are compared with the first's.
+//
+//	cd e2e && go test -tags e2e -count=1 -run '^$' -bench ScaleRuns -benchtime 1x -timeout 90m .
+func BenchmarkScaleRuns(b *testing.B) {
+	tiers := scaleTiers()
+	root := repoRoot(b)
+	ctx := context.Background()
+	dir := b.TempDir()
+	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", scaleOffset)}
+	makeLocal := func(target string) (string, error) {
+		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
+	}
+	b.Cleanup(func() { _, _ = makeLocal("down") })
+	if out, err := makeLocal("up"); err != nil {
+		b.Fatalf("make up: %v\n%s", err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 2000, 4000
+	// This benchmark's own API requests (creates, the final lists, reading /metrics), subtracted
+	// from the server's counts.
+	var ownReads, ownWrites atomic.Int64
+	cfg = testenv.CountRequests(cfg, &ownReads, func(r *http.Request) bool { return r.Method == http.MethodGet })
+	cfg = testenv.CountRequests(cfg, &ownWrites, func(r *http.Request) bool { return r.Method != http.MethodGet })
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	const ns = "agents"
+	create := func(gvr schema.GroupVersionResource, obj map[string]any) error {
+		_, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		return err
+	}
+	if err := create(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agents"}, map[string]any{
+		"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "Agent", "metadata": map[string]any{"name": "bench"},
+		"spec": map[string]any{"providerRef": map[string]any{"name": "bench"}, "defaults": map[string]any{"image": "registry.example.com/agents/bench:1"}},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	step := func(name string, deps ...string) map[string]any {
+		s := map[string]any{"name": name, "kind": "AgentRun", "agentRef": map[string]any{"name": "bench"}}
+		if len(deps) > 0 {
+			s["dependsOn"] = deps
+		}
+		return s
+	}
+	if err := create(orchGVR, map[string]any{
+		"apiVersion": "orchestration.proompteng.ai/v1alpha1", "kind": "Orchestration", "metadata": map[string]any{"name": "five"},
+		"spec": map[string]any{"entrypoint": "a", "steps": []any{step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c"), step("e", "d")}},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	pids := map[string]int{}
+	for _, svc := range []string{"run-controller", "job-gc"} {
+		raw, err := os.ReadFile(filepath.Join(dir, "run", svc+".pid"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if pids[svc], err = strconv.Atoi(strings.TrimSpace(string(raw))); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	type tierResult struct {
+		n, runs                int
+		drain                  time.Duration
+		reads, writes          float64 // per AgentRun
+		cpu                    map[string]float64
+		peakRSS                map[string]float64
+		statusRate, eventsRate float64
+	}
+	var results []tierResult
+	succeeded := 0 // AgentRuns Succeeded before this tier
+	b.ResetTimer()
+	for _, n := range tiers {
+		orchs := n / 10
+		total := n + orchs*5
+		name := fmt.Sprintf("t%d", n)
+		before := scrapeScale(b, kc, pids)
+		reads0, writes0 := ownReads.Load(), ownWrites.Load()
+		stop := make(chan struct{})
+		peaks := samplePeaks(pids, stop)
+		start := time.Now()
+		testenv.Parallel(b, n+orchs, 32, func(i int) error {
+			if i < n {
+				return create(agentRunsGVR, map[string]any{
+					"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun",
+					"metadata": map[string]any{"name": fmt.Sprintf("%s-run-%05d", name, i)},
+					"spec":     map[string]any{"agentRef": map[string]any{"name": "bench"}, "runtime": map[string]any{"type": "job"}},
+				})
+			}
+			return create(orchRunsGVR, map[string]any{
+				"apiVersion": "orchestration.proompteng.ai/v1alpha1", "kind": "OrchestrationRun",
+				"metadata": map[string]any{"name": fmt.Sprintf("%s-orch-%04d", name, i-n)},
+				"spec":     map[string]any{"orchestrationRef": map[string]any{"name": "five"}},
+			})
+		})
+		deadline := start.Add(75 * time.Minute)
+		for {
+			m := scrapeScale(b, kc, nil)
+			if int(m["runs_succeeded"])-succeeded >= total {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("tier %d: %d of %d AgentRuns Succeeded after 75m", n, int(m["runs_succeeded"])-succeeded, total)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		drain := time.Since(start)
+		close(stop)
+		peak := <-peaks
+		after := scrapeScale(b, kc, pids)
+		ownR, ownW := float64(ownReads.Load()-reads0), float64(ownWrites.Load()-writes0)
+		succeeded += total
+
+		// Checked through the API, once the drain is measured.
+		phases := func(gvr schema.GroupVersionResource, prefix string) (int, int) {
+			l, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			all, ok := 0, 0
+			for _, it := range l.Items {
+				if !strings.HasPrefix(it.GetName(), prefix) {
+					continue
+				}
+				all++
+				if p, _, _ := unstructured.NestedString(it.Object, "status", "phase"); p == "Succeeded" {
+					ok++
+				}
+			}
+			return all, ok
+		}
+		if all, ok := phases(agentRunsGVR, name+"-"); all != total || ok != total {
+			b.Errorf("tier %d: %d of %d AgentRuns exist, %d Succeeded", n, all, total, ok)
+		}
+		if all, ok := phases(orchRunsGVR, name+"-"); all != orchs || ok != orchs {
+			b.Errorf("tier %d: %d of %d OrchestrationRuns exist, %d Succeeded", n, all, orchs, ok)
+		}
+		if jobs := after["jobs_created"] - before["jobs_created"]; int(jobs) != total {
+			b.Errorf("tier %d: run-controller created %d Jobs for %d AgentRuns, want exactly one each", n, int(jobs), total)
+		}
+		r := tierResult{n: n, runs: total, drain: drain, cpu: map[string]float64{}, peakRSS: peak,
+			reads:  (after["api_reads"] - before["api_reads"] - ownR) / float64(total),
+			writes: (after["api_writes"] - before["api_writes"] - ownW) / float64(total),
+		}
+		for svc := range pids {
+			r.cpu[svc] = after["cpu_"+svc] - before["cpu_"+svc]
+		}
+		r.statusRate = (after["grpc_status-writer"] - before["grpc_status-writer"]) / drain.Seconds()
+		r.eventsRate = (after["grpc_event-emitter"] - before["grpc_event-emitter"]) / drain.Seconds()
+		results = append(results, r)
+		b.Logf("tier %d: %d AgentRuns (%d OrchestrationRuns) drained in %s (%.1f runs/s); API requests per run: %.2f reads, %.2f writes "+
+			"(this benchmark's own %d excluded); run-controller: %.1f CPU s (%.2f ms/run), peak RSS %.0f MiB; job-gc: %.1f CPU s, peak RSS %.0f MiB; "+
+			"status-writer %.1f req/s, event-emitter %.1f req/s",
+			n, total, orchs, drain.Round(time.Second), float64(total)/drain.Seconds(), r.reads, r.writes, int64(ownR+ownW),
+			r.cpu["run-controller"], 1000*r.cpu["run-controller"]/float64(total), peak["run-controller"]/(1<<20),
+			r.cpu["job-gc"], peak["job-gc"]/(1<<20), r.statusRate, r.eventsRate)
+		p := fmt.Sprintf("n%d_", n)
+		b.ReportMetric(drain.Seconds(), p+"drain_s")
+		b.ReportMetric(float64(total)/drain.Seconds(), p+"runs/s")
+		b.ReportMetric(r.reads, p+"api_reads/run")
+		b.ReportMetric(r.writes, p+"api_writes/run")
+		b.ReportMetric(1000*r.cpu["run-controller"]/float64(total), p+"controller_cpu_ms/run")
+		b.ReportMetric(peak["run-controller"]/(1<<20), p+"controller_peak_MiB")
+		b.ReportMetric(1000*r.cpu["job-gc"]/float64(total), p+"jobgc_cpu_ms/run")
+		b.ReportMetric(peak["job-gc"]/(1<<20), p+"jobgc_peak_MiB")
+		b.ReportMetric(r.statusRate, p+"status_req/s")
+		b.ReportMetric(r.eventsRate, p+"events_req/s")
+	}
+	b.StopTimer()
+	if len(results) >= 2 {
+		first, last := results[0], results[len(results)-1]
+		perRun := func(r tierResult) float64 { return r.reads + r.writes }
+		reqGrowth := perRun(last) / perRun(first)
+		cpuGrowth := (last.cpu["run-controller"] / float64(last.runs)) / (first.cpu["run-controller"] / float64(first.runs))
+		b.ReportMetric(reqGrowth, "api_req_per_run_last/first")
+		b.ReportMetric(cpuGrowth, "controller_cpu_per_run_last/first")
+		// "Does not grow": within a quarter of the small tier's cost per run.
+		testenv.Goal(b, "api_req_per_run_last/first<=1.25", reqGrowth <= 1.25)
+		testenv.Goal(b, "controller_cpu_per_run_last/first<=1.25", cpuGrowth <= 1.25)
+		b.Logf("cost per run, tier %d vs tier %d: API requests x%.2f, run-controller CPU x%.2f (goal: at most x1.25 each)", last.n, first.n, reqGrowth, cpuGrowth)
+	}
+}
+
+// scrapeScale reads the API server's request counts (reads and writes), run-controller's
+// succeeded runs and Jobs created, status-writer's and event-emitter's handled gRPC requests,
+// and, for each pid given, its CPU seconds.
+func scrapeScale(b *testing.B, kc kubernetes.Interface, pids map[string]int) map[string]float64 {
+	b.Helper()
+	m := map[string]float64{}
+	num := func(line string) float64 {
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		return v
+	}
+	raw, err := kc.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("read the API server's metrics: %v", err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(l, "apiserver_request_total{") {
+			continue
+		}
+		switch {
+		case strings.Contains(l, `verb="GET"`), strings.Contains(l, `verb="LIST"`), strings.Contains(l, `verb="WATCH"`):
+			m["api_reads"] += num(l)
+		default:
+			m["api_writes"] += num(l)
+		}
+	}
+	for _, svc := range []string{"run-controller", "status-writer", "event-emitter"} {
+		out, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", servicePorts[svc][1]+scaleOffset))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			switch {
+			case svc == "run-controller" && strings.HasPrefix(l, `agentplane_run_controller_runs{phase="Succeeded"}`):
+				m["runs_succeeded"] = num(l)
+			case svc == "run-controller" && strings.HasPrefix(l, "agentplane_run_controller_jobs_created_total "):
+				m["jobs_created"] = num(l)
+			case svc != "run-controller" && strings.HasPrefix(l, "grpc_server_handled_total{") && !strings.Contains(l, "grpc.health") &&
+				!strings.Contains(l, "grpc.reflection"):
+				m["grpc_"+svc] += num(l)
+			}
+		}
+	}
+	for svc, pid := range pids {
+		m["cpu_"+svc] = procCPUSeconds(b, pid)
+	}
+	return m
+}
+
+// procCPUSeconds is a process's user + system CPU time (/proc/<pid>/stat, in clock ticks of
+// 1/100 s, Linux's USER_HZ).
+func procCPUSeconds(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from the 3rd (state) on
+	ut, _ := strconv.ParseFloat(f[11], 64)                   // utime, field 14
+	st, _ := strconv.ParseFloat(f[12], 64)                   // stime, field 15
+	return (ut + st) / 100
+}
+
+// samplePeaks reads each process's resident memory (VmRSS) every second until stop, and sends
+// the highest seen, in bytes.
+func samplePeaks(pids map[string]int, stop <-chan struct{}) <-chan map[string]float64 {
+	out := make(chan map[string]float64, 1)
+	var once sync.Once
+	go func() {
+		peak := map[string]float64{}
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			for svc, pid := range pids {
+				raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+				if err != nil {
+					continue
+				}
+				for _, l := range strings.Split(string(raw), "\n") {
+					if strings.HasPrefix(l, "VmRSS:") {
+						kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+						if kb*1024 > peak[svc] {
+							peak[svc] = kb * 1024
+						}
+					}
+				}
+			}
+			select {
+			case <-stop:
+				once.Do(func() { out <- peak })
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return out
+}
