@@ -253,6 +253,11 @@ fuzz: ## Fuzz the secret redactor for FUZZTIME (default 60s): a seeded corpus of
 bench: tools build ## Benchmarks, one package at a time; each figure is printed as a ratio against a baseline measured in the same run (the last two run 1,000 AgentRuns, and a cancel of 100 running Jobs, each on its own local control plane). Results in .bench/<time>-<commit>/ (BENCH_COUNT=n runs each n times; BENCH_PKGS=... BENCH_E2E=0 a part).
 	@PKGS="$(or $(BENCH_PKGS),$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))))" BENCH_COUNT=$(or $(BENCH_COUNT),1) BENCH_E2E=$(or $(BENCH_E2E),1) hack/bench.sh
 
+.PHONY: bench-scale
+bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-step OrchestrationRuns) through the whole system on a local control plane: drain time, API requests, CPU and memory per run (about 30 minutes; not part of bench). Output in .bench/scale-<time>-<commit>.txt (AGENTPLANE_BENCH_SCALE_TIERS=1000,10000 sets the tiers).
+	@mkdir -p .bench && out=.bench/scale-$$(date +%Y%m%dT%H%M%S)-$$(git rev-parse --short HEAD).txt && \
+	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ScaleRuns -benchtime 1x -timeout 90m .) 2>&1 | tee "$$out"
+
 .PHONY: bench-report
 bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
 	@run="$(or $(BENCH_RUN),$$(ls -d .bench/*/ 2>/dev/null | sort | tail -1))"; \

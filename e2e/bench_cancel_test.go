@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
 
@@ -34,22 +32,8 @@ const cancelBenchOffset = 5000
 //	cd e2e && go test -tags e2e -run '^$' -bench CancelHundredRunningJobs -benchtime 1x -timeout 30m
 func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	const n = 100
-	root := repoRoot(b)
 	ctx := context.Background()
-	dir := b.TempDir()
-	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", cancelBenchOffset)}
-	makeLocal := func(target string) (string, error) {
-		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
-	}
-	b.Cleanup(func() { _, _ = makeLocal("down") })
-	if out, err := makeLocal("up"); err != nil {
-		b.Fatalf("make up: %v\n%s", err, out)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 2000
+	_, cfg := benchStack(b, cancelBenchOffset, 1000)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	create := func(gvr schema.GroupVersionResource, obj map[string]any) {

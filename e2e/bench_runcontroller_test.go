@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
@@ -38,28 +39,14 @@ const benchOffset = 2000
 //	cd e2e && go test -tags e2e -run '^$' -bench RunControllerThousandRuns -benchtime 1x -timeout 30m
 func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	const runs = 1000
-	root := repoRoot(b)
 	ctx := context.Background()
-	dir := b.TempDir()
-	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", benchOffset)}
-	makeLocal := func(target string) (string, error) {
-		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
-	}
-	b.Cleanup(func() { _, _ = makeLocal("down") })
-	if out, err := makeLocal("up"); err != nil {
-		b.Fatalf("make up: %v\n%s", err, out)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 2000, 4000
+	_, cfg := benchStack(b, benchOffset, 2000)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	if _, err := kc.CoreV1().Pods("agents").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		b.Fatal(err)
 	}
-	_, err = dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agents"}).Namespace("agents").Create(ctx,
+	_, err := dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agents"}).Namespace("agents").Create(ctx,
 		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "Agent",
 			"metadata": map[string]any{"name": "bench"}, "spec": map[string]any{"providerRef": map[string]any{"name": "bench"},
 				"defaults": map[string]any{"image": "registry.example.com/agents/bench:1"}}}}, metav1.CreateOptions{})
@@ -161,6 +148,29 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 		"(run-controller %.2f, status-writer %.2f, event-emitter %.2f; goal <= 6), run-controller single-object reads per run %.3f (goal 0)",
 		direct.Round(time.Millisecond), controller.Round(time.Millisecond), direct.Seconds()/controller.Seconds(), writes,
 		d("create")+d("update")+d("patch")+d("delete"), d("status"), d("events"), d("get"))
+}
+
+// benchStack starts a local control plane (`make up`, every port moved by offset) for a
+// benchmark, stopped when it ends, and returns its state folder and a client config allowed qps
+// requests a second (burst twice that).
+func benchStack(b *testing.B, offset int, qps float32) (string, *rest.Config) {
+	b.Helper()
+	ctx := context.Background()
+	root, dir := repoRoot(b), b.TempDir()
+	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", offset)}
+	makeLocal := func(target string) (string, error) {
+		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
+	}
+	b.Cleanup(func() { _, _ = makeLocal("down") })
+	if out, err := makeLocal("up"); err != nil {
+		b.Fatalf("make up: %v\n%s", err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = qps, 2*int(qps)
+	return dir, cfg
 }
 
 var (

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentplane/agentplane/libs/testenv"
 )
@@ -64,22 +63,8 @@ func scaleTiers() []int {
 //	cd e2e && go test -tags e2e -count=1 -run '^$' -bench ScaleRuns -benchtime 1x -timeout 90m .
 func BenchmarkScaleRuns(b *testing.B) {
 	tiers := scaleTiers()
-	root := repoRoot(b)
 	ctx := context.Background()
-	dir := b.TempDir()
-	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", scaleOffset)}
-	makeLocal := func(target string) (string, error) {
-		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
-	}
-	b.Cleanup(func() { _, _ = makeLocal("down") })
-	if out, err := makeLocal("up"); err != nil {
-		b.Fatalf("make up: %v\n%s", err, out)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 2000, 4000
+	dir, cfg := benchStack(b, scaleOffset, 2000)
 	// This benchmark's own API requests (creates, the final lists, reading /metrics), subtracted
 	// from the server's counts.
 	var ownReads, ownWrites atomic.Int64
