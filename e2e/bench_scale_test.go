@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,7 +98,9 @@ func BenchmarkScaleRuns(b *testing.B) {
 		b.Fatal(err)
 	}
 	pids := map[string]int{}
-	for _, svc := range []string{"run-controller", "job-gc"} {
+	// CPU and memory of agentplane's two controllers, and CPU of the cluster's own parts, to show
+	// which one bounds the drain.
+	for _, svc := range []string{"run-controller", "job-gc", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		raw, err := os.ReadFile(filepath.Join(dir, "run", svc+".pid"))
 		if err != nil {
 			b.Fatal(err)
@@ -202,6 +205,12 @@ func BenchmarkScaleRuns(b *testing.B) {
 			n, total, orchs, drain.Round(time.Second), float64(total)/drain.Seconds(), r.reads, r.writes, int64(ownR+ownW),
 			r.cpu["run-controller"], 1000*r.cpu["run-controller"]/float64(total), peak["run-controller"]/(1<<20),
 			r.cpu["job-gc"], peak["job-gc"]/(1<<20), r.statusRate, r.eventsRate)
+		var busy []string
+		for _, svc := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok", "run-controller", "job-gc"} {
+			busy = append(busy, fmt.Sprintf("%s %.0f%%", svc, 100*r.cpu[svc]/drain.Seconds()))
+		}
+		b.Logf("tier %d: CPU over the drain, in %% of one core: %s", n, strings.Join(busy, ", "))
+		b.Logf("tier %d: most reads (verb resource count, this benchmark's own included): %s", n, topReads(before, after))
 		p := fmt.Sprintf("n%d_", n)
 		b.ReportMetric(drain.Seconds(), p+"drain_s")
 		b.ReportMetric(float64(total)/drain.Seconds(), p+"runs/s")
@@ -251,6 +260,7 @@ func scrapeScale(b *testing.B, kc kubernetes.Interface, pids map[string]int) map
 		switch {
 		case strings.Contains(l, `verb="GET"`), strings.Contains(l, `verb="LIST"`), strings.Contains(l, `verb="WATCH"`):
 			m["api_reads"] += num(l)
+			m["reads "+label(l, "verb")+" "+label(l, "resource")] += num(l)
 		default:
 			m["api_writes"] += num(l)
 		}
@@ -276,6 +286,36 @@ func scrapeScale(b *testing.B, kc kubernetes.Interface, pids map[string]int) map
 		m["cpu_"+svc] = procCPUSeconds(b, pid)
 	}
 	return m
+}
+
+// label returns a Prometheus sample line's value of label name.
+func label(line, name string) string {
+	_, rest, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
+
+// topReads lists the five (verb, resource) pairs whose reads grew most between two scrapes.
+func topReads(before, after map[string]float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var d []kv
+	for k, v := range after {
+		if strings.HasPrefix(k, "reads ") {
+			d = append(d, kv{strings.TrimPrefix(k, "reads "), v - before[k]})
+		}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i].v > d[j].v })
+	var out []string
+	for i := 0; i < len(d) && i < 5; i++ {
+		out = append(out, fmt.Sprintf("%s %.0f", d[i].k, d[i].v))
+	}
+	return strings.Join(out, ", ")
 }
 
 // procCPUSeconds is a process's user + system CPU time (/proc/<pid>/stat, in clock ticks of
