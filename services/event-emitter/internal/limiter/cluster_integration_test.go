@@ -77,8 +77,8 @@ func TestBucketSharedOnARedisCluster(t *testing.T) {
 	if n := fellBack.Load(); n != 0 {
 		t.Fatalf("%d replicas fell back to in-process buckets on a healthy cluster", n)
 	}
-	refilled := int32(after.Sub(before) / time.Second)
-	if n := allowed[0].Load(); n < 5 || n > 5+refilled {
+	refilled := int64(after.Sub(before) / time.Second)
+	if n := int64(allowed[0].Load()); n < 5 || n > 5+refilled {
 		t.Fatalf("4 replicas allowed %d events for one object in %s, want the shared burst of 5 (+%d refilled)", n, after.Sub(before), refilled)
 	}
 	for _, m := range rc.Masters {
