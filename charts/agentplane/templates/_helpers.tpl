@@ -80,7 +80,11 @@ contexts: (dict "root" $ "out" DICT) fills DICT with, for each enabled service, 
 {{- include "agentplane.merge" (list $vals (dict "env" (dict "vars" $vars))) }}
 {{- /* 4. the service's own block */}}
 {{- include "agentplane.merge" (list $vals $own) }}
-{{- $lib := print ($root.Files.Get (printf "%s/templates/_common.tpl" $base)) ($root.Files.Get (printf "%s/templates/_helpers.tpl" $base)) }}
+{{- /* the chart's definitions: every templates/_*.tpl (_common, _helpers, _redis where used) */}}
+{{- $lib := "" }}
+{{- range $p, $_ := $root.Files.Glob (printf "%s/templates/_*.tpl" $base) }}
+{{- $lib = print $lib ($root.Files.Get $p) }}
+{{- end }}
 {{- $ctx := dict "Values" $vals "Release" $root.Release "Capabilities" $root.Capabilities "Template" $root.Template
       "Chart" (dict "Name" $meta.name "Version" $meta.version "AppVersion" $meta.appVersion) }}
 {{- $_ := set $out $svc (dict "ctx" $ctx "lib" $lib "own" $own) }}
