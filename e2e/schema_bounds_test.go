@@ -121,13 +121,20 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 			t.Run(chart+"/"+b.String(), func(t *testing.T) {
 				flags := []string{"template", chart, filepath.Join("charts", chart), "--namespace", "bounds", "--kube-version", renderKubeVersion,
 					"--show-only", "templates/deployment.yaml", "--set-json", b.String()}
-				// Ports other than the one under test are free ones, so that the binary can bind them.
+				// Ports other than the one under test are free ones, so that the binary can bind them,
+				// and distinct: the kernel may hand the same free port out twice in a row (CI once
+				// gave metrics and http both 45115).
+				taken := map[int]bool{}
 				for _, p := range []string{"grpc.port", "metrics.port", "http.port"} {
 					if p != b.path && (p != "http.port" || chart == "watch-gateway") {
 						port, err := testenv.FreePort()
+						for err == nil && taken[port] {
+							port, err = testenv.FreePort()
+						}
 						if err != nil {
 							t.Fatal(err)
 						}
+						taken[port] = true
 						flags = append(flags, "--set", fmt.Sprintf("%s=%d", p, port))
 					}
 				}
