@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -336,7 +335,6 @@ func procCPUSeconds(b *testing.B, pid int) float64 {
 // the highest seen, in bytes.
 func samplePeaks(pids map[string]int, stop <-chan struct{}) <-chan map[string]float64 {
 	out := make(chan map[string]float64, 1)
-	var once sync.Once
 	go func() {
 		peak := map[string]float64{}
 		t := time.NewTicker(time.Second)
@@ -358,7 +356,7 @@ func samplePeaks(pids map[string]int, stop <-chan struct{}) <-chan map[string]fl
 			}
 			select {
 			case <-stop:
-				once.Do(func() { out <- peak })
+				out <- peak
 				return
 			case <-t.C:
 			}
