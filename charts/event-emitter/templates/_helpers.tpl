@@ -83,13 +83,14 @@ with rbac.clusterScoped).
   resources: ["events"]
   verbs: ["create", "patch", "get", "list"]
 # Read the Secrets an object references only to redact their values from Event messages;
-# Secret contents never leave the process. The AgentRun is read to learn which Secrets it names.
+# Secret contents never leave the process. AgentRuns are watched (cut down to the Secrets they
+# name) to learn which Secrets a run names, and read directly when the cache misses.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 {{- end }}
 
 {{/*

@@ -140,8 +140,18 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, limit Decider, m *Met
 	}
 	return &Emitter{
 		cfg: cfg, kube: kube, dyn: dyn, limit: limit, metrics: m, queue: make(chan op, cfg.QueueSize),
-		now: time.Now, series: map[string]*series{}, secrets: newSecretCache(kube, 30*time.Second),
+		now: time.Now, series: map[string]*series{}, secrets: newSecretCache(kube, 30*time.Second, m.runReads),
 	}
+}
+
+// WatchRuns keeps the AgentRuns of namespaces in a small cache (each cut down to the Secrets it
+// names), so that redacting an event about a run there reads nothing from the API server; runs
+// elsewhere are read with a GET. It returns when ctx ends.
+func (e *Emitter) WatchRuns(ctx context.Context, namespaces []string) error {
+	if e.dyn != nil {
+		e.secrets.watchRuns(ctx, e.dyn, namespaces)
+	}
+	return nil
 }
 
 // Emit decides about ev and queues its write. It never waits on the Kubernetes API.

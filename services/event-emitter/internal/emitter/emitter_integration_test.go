@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -557,4 +558,92 @@ func storm(t *testing.T, rdb func(t testing.TB) redis.UniversalClient, fault fun
 	}
 	t.Logf("%d failures over %s: %d events recorded, at most %d per object (bound %.1f; %d replies said degraded)",
 		failures, elapsed.Round(time.Millisecond), total, max, bound, sawDegraded.Load())
+}
+
+// TestEventsAboutWatchedRunsReadNoRun: with the namespace's AgentRuns watched, redacting an
+// event about a run reads the Secret names from the informer's cut-down copy (spec.secrets and
+// secret volumes both survive the cut), so no event GETs its run; a run in a namespace not
+// watched is still read, and redacted.
+func TestEventsAboutWatchedRunsReadNoRun(t *testing.T) {
+	watched, other := namespace(t), namespace(t)
+	gets := map[string]*atomic.Int64{watched: {}, other: {}}
+	var all atomic.Int64
+	cfg := testenv.CountRequests(env.Config, &all, func(r *http.Request) bool {
+		for ns, n := range gets {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/"+ns+"/agentruns/") {
+				n.Add(1)
+			}
+		}
+		return true
+	})
+	lim, err := limiter.New(singleRedis(t), limiter.Config{PerMinute: 600, Burst: 100}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(nil)
+	e := New(kcs, dynamic.NewForConfigOrDie(cfg), lim, m, Config{Enabled: true, DefaultInstance: "watching"})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.Run(ctx) })
+	wg.Go(func() { _ = e.WatchRuns(ctx, []string{watched}) })
+	defer func() { cancel(); wg.Wait() }()
+	srv := NewServer(e)
+
+	const runs = 4
+	secretValue := func(ns string, i int) string { return fmt.Sprintf("value-%s-%d-xyzzy", ns, i) }
+	for _, ns := range []string{watched, other} {
+		for i := range runs {
+			name := fmt.Sprintf("s-%d", i)
+			if err := kc.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				StringData: map[string]string{"token": secretValue(ns, i)}}); err != nil {
+				t.Fatal(err)
+			}
+			run := &agentsv1alpha1.AgentRun{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("run-%d", i)},
+				Spec:       agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}},
+			}
+			if i%2 == 0 {
+				run.Spec.Secrets = []string{name}
+			} else {
+				run.Spec.Workload = &agentsv1alpha1.WorkloadSpec{Volumes: []agentsv1alpha1.WorkloadVolume{
+					{Type: "secret", Name: "creds", MountPath: "/creds", SecretName: name}}}
+			}
+			if err := kc.Create(context.Background(), run); err != nil {
+				t.Fatal(err)
+			}
+			if ns == watched {
+				eventually(t, "the informer holds "+run.Name, func() error {
+					if e.secrets.cachedRun(corev1.ObjectReference{Namespace: ns, Name: run.Name, UID: run.UID}) == nil {
+						return fmt.Errorf("not yet")
+					}
+					return nil
+				})
+			}
+			if _, err := srv.Emit(context.Background(), warning(run, "Forbidden", "push failed with "+secretValue(ns, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ns := range []string{watched, other} {
+		eventually(t, "the events of "+ns, func() error {
+			list, err := kcs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil || len(list.Items) != runs {
+				return fmt.Errorf("events: %v %d, want %d", err, len(list.Items), runs)
+			}
+			for _, ev := range list.Items {
+				for i := range runs {
+					if strings.Contains(ev.Note, secretValue(ns, i)) {
+						t.Fatalf("secret value of s-%d reached %s's event: %q", i, ev.Regarding.Name, ev.Note)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	if n := gets[watched].Load(); n != 0 {
+		t.Errorf("events about watched runs read %d AgentRuns from the API server, want none", n)
+	}
+	if n := gets[other].Load(); n < runs {
+		t.Errorf("events about runs not watched read %d AgentRuns, want one per event (%d): is the test counting?", n, runs)
+	}
 }

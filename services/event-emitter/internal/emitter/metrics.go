@@ -7,6 +7,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	writes    *prometheus.CounterVec
 	dropped   prometheus.Counter
+	runReads  *prometheus.CounterVec
 	// RedisSeconds times each Redis decision; Fallback is 1 while Redis is unreachable.
 	RedisSeconds prometheus.Histogram
 	Fallback     prometheus.Gauge
@@ -30,6 +31,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "agentplane_events_queue_dropped_total",
 			Help: "Events dropped because the write queue was full.",
 		}),
+		runReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentplane_events_run_reads_total",
+			Help: "Where an AgentRun event's Secret names (for redaction) came from: informer (the watched namespaces' cache) or api (a GET).",
+		}, []string{"source"}),
 		RedisSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "agentplane_events_redis_seconds",
 			Help:    "Latency of one rate-limit decision in Redis.",
@@ -40,6 +45,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while Redis is unreachable and decisions use the bounded in-process buckets.",
 		}),
 	}
-	reg.MustRegister(m.decisions, m.writes, m.dropped, m.RedisSeconds, m.Fallback)
+	reg.MustRegister(m.decisions, m.writes, m.dropped, m.runReads, m.RedisSeconds, m.Fallback)
 	return m
 }

@@ -99,6 +99,13 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	pb.RegisterEventEmitterServer(rt.GRPC, emitter.NewServer(e))
 	rt.SetServing(pb.EventEmitter_ServiceDesc.ServiceName, true)
 	rt.Go("event writer", e.Run)
+	// The AgentRuns of the namespaces the controllers act in are watched (their Secret names
+	// only), so that redacting an event about one needs no GET.
+	namespaces := rt.Config.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{rt.Config.PodNamespace}
+	}
+	rt.Go("run informers", func(ctx context.Context) error { return e.WatchRuns(ctx, namespaces) })
 	rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
 	return nil
 }

@@ -9,6 +9,7 @@ type Metrics struct {
 	apiWrites *prometheus.CounterVec
 	conflicts *prometheus.CounterVec
 	coalesced *prometheus.CounterVec
+	reads     *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (nil: a private registry, for tests).
@@ -38,6 +39,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "agentplane_status_coalesced_requests_total",
 			Help: "Requests that shared an API write with an earlier request for the same object, by kind.",
 		}, []string{"kind"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentplane_status_object_reads_total",
+			Help: "Where a write found the object it starts from, by kind and source: written (as this writer last wrote it), informer (the watched namespaces' caches) or api (a GET: a cache miss, a conflict, or a refusal judged again on the live object).",
+		}, []string{"kind", "source"}),
 	}
 	// The error series exist from the start, so alerts on rate() see the first failed write.
 	for kind := range kinds {
@@ -45,6 +50,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.conflicts.WithLabelValues(kind)
 		m.coalesced.WithLabelValues(kind)
 	}
-	reg.MustRegister(m.writes, m.latency, m.apiWrites, m.conflicts, m.coalesced)
+	reg.MustRegister(m.writes, m.latency, m.apiWrites, m.conflicts, m.coalesced, m.reads)
 	return m
 }

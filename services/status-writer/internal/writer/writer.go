@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/agentplane/agentplane/libs/status"
 )
@@ -67,11 +68,15 @@ type Writer struct {
 	mu      sync.Mutex
 	objects map[objectKey]*queue
 	// last holds the object as last written, so that a writer's next write needs no read: every
-	// write is guarded by resourceVersion, a stale copy only costs a conflict and a re-read.
+	// write is guarded by resourceVersion, a stale copy only costs a conflict and a re-read. In a
+	// watched namespace an entry lives until the informer has seen the write (see Watch).
 	last map[objectKey]*unstructured.Unstructured
+	// stores are the informers' caches of the watched namespaces, once filled (see Watch).
+	stores map[storeKey]cache.Store
 }
 
-// maxCached bounds the write-through cache.
+// maxCached bounds the write-through cache. Only objects outside the watched namespaces stay
+// in it beyond a moment, so the bound is reached only when most writes go there.
 const maxCached = 4096
 
 type objectKey struct{ kind, namespace, name string }
@@ -202,11 +207,22 @@ func (w *Writer) writeNext(key objectKey, q *queue) bool {
 	return true
 }
 
-func (w *Writer) cached(key objectKey) *unstructured.Unstructured {
+// cached is the newest copy of the object this writer holds: as it last wrote it, else the
+// informer's; nil when it has neither. Copies are handed out: cached objects are never mutated.
+func (w *Writer) cached(key objectKey, k *kind) *unstructured.Unstructured {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if obj := w.last[key]; obj != nil {
+		w.metrics.reads.WithLabelValues(k.name, "written").Inc()
 		return obj.DeepCopy()
+	}
+	if st := w.stores[storeKey{k.resource, key.namespace}]; st != nil {
+		if item, ok, _ := st.GetByKey(key.namespace + "/" + key.name); ok {
+			if obj, ok := item.(*unstructured.Unstructured); ok {
+				w.metrics.reads.WithLabelValues(k.name, "informer").Inc()
+				return obj.DeepCopy()
+			}
+		}
 	}
 	return nil
 }
@@ -217,6 +233,16 @@ func (w *Writer) remember(key objectKey, obj *unstructured.Unstructured) {
 	if obj == nil {
 		delete(w.last, key)
 		return
+	}
+	if st := w.stores[storeKey{kinds[key.kind].resource, key.namespace}]; st != nil {
+		// The informer may have seen this very write before the reply came back: then its copy
+		// is as new, and a copy kept here would never be dropped by observed.
+		if item, ok, _ := st.GetByKey(key.namespace + "/" + key.name); ok {
+			if cur, ok := item.(*unstructured.Unstructured); ok && cur.GetResourceVersion() == obj.GetResourceVersion() {
+				delete(w.last, key)
+				return
+			}
+		}
 	}
 	if len(w.last) >= maxCached {
 		for k := range w.last {
@@ -249,11 +275,12 @@ func (w *Writer) writeBatch(key objectKey, batch []*call) {
 			c.err = err
 		}
 	}
-	obj := w.cached(key)
+	obj := w.cached(key, k)
 	fresh := false
 	for attempt := 0; attempt < w.maxRetries; attempt++ {
 		if obj == nil {
 			var err error
+			w.metrics.reads.WithLabelValues(k.name, "api").Inc()
 			obj, err = res.Get(ctx, first.req.Name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				w.remember(key, nil)

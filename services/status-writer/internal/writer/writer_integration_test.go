@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +28,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -530,5 +535,113 @@ func TestAClaimIsRefusedOnceTheRunIsCancelled(t *testing.T) {
 	// An ordinary write (cancel-propagator's) still goes through.
 	if _, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 2, Phase: "Cancelled", Reason: "Cancelled", Message: "cancelled"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWritesInAWatchedNamespaceReadFromTheInformer: a run's writes in a watched namespace start
+// from the informer's copy or from the writer's own last write, so they GET nothing from the
+// API server, even after someone else changed the run; in a namespace not watched the first
+// write of each run reads it. A claim after a cancel is refused whether or not the informer has
+// seen the cancel yet.
+func TestWritesInAWatchedNamespaceReadFromTheInformer(t *testing.T) {
+	watched, other := newNamespace(t), newNamespace(t)
+	gets := map[string]*atomic.Int64{watched: {}, other: {}}
+	var all atomic.Int64
+	cfg := testenv.CountRequests(env.Config, &all, func(r *http.Request) bool {
+		for ns, n := range gets {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/"+ns+"/agentruns/") {
+				n.Add(1)
+			}
+		}
+		return true
+	})
+	m := NewMetrics(nil)
+	w := New(dynamic.NewForConfigOrDie(cfg), Options{Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Watch(ctx, []string{watched}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	store := func() cache.Store {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.stores[storeKey{kinds["AgentRun"].resource, watched}]
+	}
+	const runs = 10
+	var inWatched []*agentsv1alpha1.AgentRun
+	for i := range runs {
+		inWatched = append(inWatched, newRun(t, watched, fmt.Sprintf("run-%d", i)))
+		newRun(t, other, fmt.Sprintf("run-%d", i))
+	}
+	testenv.Eventually(t, 30*time.Second, "the informer holds every run", func() error {
+		if st := store(); st == nil || len(st.ListKeys()) < runs {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	srv := NewServer(w)
+	for _, ns := range []string{watched, other} {
+		for i := range runs {
+			ref := &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: fmt.Sprintf("run-%d", i)}
+			if _, err := writeWith(t, srv.WriteStatus, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "JobCreated", Message: "started"}); err != nil {
+				t.Fatal(err)
+			}
+			if ns == watched {
+				// Someone else changes the run; the next write waits until the informer has it,
+				// so that it is the informer's copy (not a conflict) that spares the read.
+				run := inWatched[i]
+				patch := []byte(`{"metadata":{"labels":{"touched":"yes"}}}`)
+				if err := kc.Patch(context.Background(), run, client.RawPatch(types.MergePatchType, patch)); err != nil {
+					t.Fatal(err)
+				}
+				testenv.Eventually(t, 10*time.Second, "the informer saw the label", func() error {
+					item, ok, _ := store().GetByKey(ns + "/" + run.Name)
+					if !ok || item.(*unstructured.Unstructured).GetResourceVersion() != run.ResourceVersion {
+						return fmt.Errorf("not yet")
+					}
+					return nil
+				})
+			}
+			st, err := writeWith(t, srv.WriteStatus, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Succeeded", Reason: "Completed", Message: "done"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Phase != "Succeeded" || st.StartedAt == nil || st.FinishedAt == nil {
+				t.Errorf("%s/%s: status %+v, want Succeeded with both timestamps", ns, ref.Name, st)
+			}
+		}
+	}
+	if n := gets[watched].Load(); n != 0 {
+		t.Errorf("writes in the watched namespace read %d AgentRuns from the API server, want none", n)
+	}
+	if n := gets[other].Load(); n < runs {
+		t.Errorf("writes in a namespace not watched read %d AgentRuns, want at least one per run (%d): is the test counting?", n, runs)
+	}
+	if n := testutil.ToFloat64(m.reads.WithLabelValues("AgentRun", "informer")); n < runs {
+		t.Errorf("reads from the informer: %v, want at least %d", n, runs)
+	}
+	if n := testutil.ToFloat64(m.conflicts.WithLabelValues("AgentRun")); n != 0 {
+		t.Errorf("%v conflicts: a write started from a stale copy", n)
+	}
+
+	// A cancel, then a claim at once: refused whether the claim started from a stale copy (a
+	// conflict, then the live object) or from the informer's.
+	run := inWatched[0]
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), run); err != nil {
+		t.Fatal(err)
+	}
+	run.Spec.Cancel = true
+	if err := kc.Update(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	ref := runRef(run)
+	ref.Uid = ""
+	_, err := writeWith(t, srv.WriteStatus, &pb.WriteStatusRequest{Object: ref, Claim: true, ObservedGeneration: 1})
+	if grpcstatus.Code(err) != codes.FailedPrecondition {
+		t.Errorf("claim right after a cancel: %v, want FailedPrecondition", err)
 	}
 }

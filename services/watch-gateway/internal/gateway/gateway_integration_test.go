@@ -41,8 +41,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("BENCH_SSE_URL") != "" {
-		os.Exit(m.Run()) // the watcher process of BenchmarkSSEWatchers needs no API server
+	if os.Getenv("BENCH_SSE_URL") != "" || os.Getenv("BENCH_REPLICA_URLS") != "" {
+		os.Exit(m.Run()) // the watcher processes of the benchmarks need no API server
 	}
 	os.Exit(testenv.NoLeaks(func() int {
 		var err error
