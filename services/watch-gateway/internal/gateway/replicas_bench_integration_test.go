@@ -338,7 +338,7 @@ func TestBenchReplicaClient(t *testing.T) {
 	from, _ := strconv.Atoi(os.Getenv("BENCH_REPLICA_FROM"))
 	// One socket per watcher (Go has already raised the soft limit to the hard one).
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < uint64(n+256) {
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < uint64(max(n, 0))+256 {
 		t.Fatalf("the open-file limit (%d) is too low for %d watchers in one process: %v", lim.Cur, n, err)
 	}
 
