@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,6 +119,27 @@ func CountRequests(cfg *rest.Config, n *atomic.Int64, match func(*http.Request) 
 		})
 	})
 	return c
+}
+
+// CountObjectGets returns a copy of cfg whose clients count, per namespace, the GETs of single
+// objects of resource (say "agentruns") in each of namespaces: what a test counts to show that a
+// component reads from its cache instead of the API server.
+func CountObjectGets(cfg *rest.Config, resource string, namespaces ...string) (*rest.Config, map[string]*atomic.Int64) {
+	gets := map[string]*atomic.Int64{}
+	for _, ns := range namespaces {
+		gets[ns] = &atomic.Int64{}
+	}
+	var all atomic.Int64
+	return CountRequests(cfg, &all, func(r *http.Request) bool {
+		if r.Method == http.MethodGet {
+			for ns, n := range gets {
+				if strings.Contains(r.URL.Path, "/namespaces/"+ns+"/"+resource+"/") {
+					n.Add(1)
+				}
+			}
+		}
+		return true
+	}), gets
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -566,16 +565,7 @@ func storm(t *testing.T, rdb func(t testing.TB) redis.UniversalClient, fault fun
 // watched is still read, and redacted.
 func TestEventsAboutWatchedRunsReadNoRun(t *testing.T) {
 	watched, other := namespace(t), namespace(t)
-	gets := map[string]*atomic.Int64{watched: {}, other: {}}
-	var all atomic.Int64
-	cfg := testenv.CountRequests(env.Config, &all, func(r *http.Request) bool {
-		for ns, n := range gets {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/"+ns+"/agentruns/") {
-				n.Add(1)
-			}
-		}
-		return true
-	})
+	cfg, gets := testenv.CountObjectGets(env.Config, "agentruns", watched, other)
 	lim, err := limiter.New(singleRedis(t), limiter.Config{PerMinute: 600, Burst: 100}, nil, nil)
 	if err != nil {
 		t.Fatal(err)

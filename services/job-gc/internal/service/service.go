@@ -5,9 +5,13 @@ package service
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/leader"
 	"github.com/agentplane/agentplane/services/job-gc/internal/gc"
 )
@@ -24,7 +28,12 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	c, err := backends.Dial(rt, env, nil)
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentplane_job_gc_api_requests_total",
+		Help: "Requests job-gc made to the API server, by verb (get is a read of one object, such as a Job missing from the cache confirmed live; list and watch feed the informers).",
+	}, []string{"verb"})
+	rt.Registry.MustRegister(requests)
+	c, err := backends.Dial(rt, env, func(rc *rest.Config) { kube.CountRequests(rc, requests) })
 	if err != nil {
 		return err
 	}

@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,16 +543,7 @@ func TestAClaimIsRefusedOnceTheRunIsCancelled(t *testing.T) {
 // seen the cancel yet.
 func TestWritesInAWatchedNamespaceReadFromTheInformer(t *testing.T) {
 	watched, other := newNamespace(t), newNamespace(t)
-	gets := map[string]*atomic.Int64{watched: {}, other: {}}
-	var all atomic.Int64
-	cfg := testenv.CountRequests(env.Config, &all, func(r *http.Request) bool {
-		for ns, n := range gets {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/"+ns+"/agentruns/") {
-				n.Add(1)
-			}
-		}
-		return true
-	})
+	cfg, gets := testenv.CountObjectGets(env.Config, "agentruns", watched, other)
 	m := NewMetrics(nil)
 	w := New(dynamic.NewForConfigOrDie(cfg), Options{Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
