@@ -256,7 +256,7 @@ bench: tools build ## Benchmarks, one package at a time; each figure is printed 
 .PHONY: bench-scale
 bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-step OrchestrationRuns) through the whole system on a local control plane: drain time, API requests, CPU and memory per run (27 minutes on this machine; not part of bench). Output in .bench/scale-<time>-<commit>.txt (AGENTPLANE_BENCH_SCALE_TIERS=1000,10000 sets the tiers).
 	@mkdir -p .bench && out=.bench/scale-$$(date +%Y%m%dT%H%M%S)-$$(git rev-parse --short HEAD).txt && \
-	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ScaleRuns -benchtime 1x -timeout 90m .) 2>&1 | tee "$$out"
+	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ScaleRuns -benchtime 1x -timeout 150m .) 2>&1 | tee "$$out"
 
 .PHONY: bench-report
 bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.

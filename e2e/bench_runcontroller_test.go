@@ -152,12 +152,13 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 
 // benchStack starts a local control plane (`make up`, every port moved by offset) for a
 // benchmark, stopped when it ends, and returns its state folder and a client config allowed qps
-// requests a second (burst twice that).
-func benchStack(b *testing.B, offset int, qps float32) (string, *rest.Config) {
+// requests a second (burst twice that). extraEnv (NAME=value) reaches every process `make up`
+// starts, the services included.
+func benchStack(b *testing.B, offset int, qps float32, extraEnv ...string) (string, *rest.Config) {
 	b.Helper()
 	ctx := context.Background()
 	root, dir := repoRoot(b), b.TempDir()
-	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", offset)}
+	env := append([]string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", offset)}, extraEnv...)
 	makeLocal := func(target string) (string, error) {
 		return run(ctx, b, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
 	}

@@ -112,12 +112,12 @@ type cacheKey struct {
 
 type review struct {
 	done chan struct{}
-	user string
+	user authnv1.UserInfo
 	err  error
 }
 
 type cached struct {
-	user    string
+	user    authnv1.UserInfo
 	err     error
 	expires time.Time
 }
@@ -184,7 +184,51 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 	if token == "" {
 		return "", &Error{Kind: Unauthenticated, Msg: r.missing}
 	}
-	key := cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}
+	u, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}, func() (authnv1.UserInfo, error) {
+		return r.review(ctx, token, verb)
+	})
+	return u.Username, err
+}
+
+// authnVerb keys the cache of Authenticate's decisions (no verb is empty).
+const authnVerb = ""
+
+// Authenticate returns who a token belongs to (a TokenReview, with the Reviewer's audiences),
+// without deciding what they may do: the console signs a user in with it, then asks CheckUser.
+// Decisions are cached like Check's.
+func (r *Reviewer) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
+	if token == "" {
+		return authnv1.UserInfo{}, &Error{Kind: Unauthenticated, Msg: r.missing}
+	}
+	return r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: authnVerb}, func() (authnv1.UserInfo, error) {
+		return r.authenticate(ctx, token)
+	})
+}
+
+// CheckUser decides whether an already authenticated user may do verb, with the Reviewer's rule
+// (any user when it has none). Decisions are cached by user (name, UID and groups) and verb,
+// apart from tokens' decisions.
+func (r *Reviewer) CheckUser(ctx context.Context, u authnv1.UserInfo, verb string) error {
+	if u.Username == "" {
+		return &Error{Kind: Unauthenticated, Msg: r.missing}
+	}
+	id := "user\x00" + u.Username + "\x00" + u.UID + "\x00" + strings.Join(u.Groups, "\x00")
+	_, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(id)), verb: verb}, func() (authnv1.UserInfo, error) {
+		if r.authorize == nil {
+			return u, nil
+		}
+		err := r.authorize(ctx, u, verb)
+		if err != nil && KindOf(err) == 0 {
+			err = &Error{Kind: Forbidden, Msg: err.Error()}
+		}
+		return u, err
+	})
+	return err
+}
+
+// decide returns the cached decision for key, or makes it with fn: one fn per key at a time,
+// the other callers wait for its answer. Failed reviews (Unavailable) are not cached.
+func (r *Reviewer) decide(ctx context.Context, key cacheKey, fn func() (authnv1.UserInfo, error)) (authnv1.UserInfo, error) {
 	now := r.clock.Now()
 	r.mu.Lock()
 	if c, ok := r.allowed[key]; ok && now.Before(c.expires) {
@@ -201,20 +245,20 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 		case <-rv.done:
 			return rv.user, rv.err
 		case <-ctx.Done():
-			return "", &Error{Kind: Unavailable, Msg: "the access review did not finish: " + ctx.Err().Error()}
+			return authnv1.UserInfo{}, &Error{Kind: Unavailable, Msg: "the access review did not finish: " + ctx.Err().Error()}
 		}
 	}
 	rv := &review{done: make(chan struct{})}
 	r.inflight[key] = rv
 	r.mu.Unlock()
 
-	rv.user, rv.err = r.review(ctx, token, verb)
+	rv.user, rv.err = fn()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.inflight, key)
 	close(rv.done)
 	if KindOf(rv.err) == Unavailable {
-		return "", rv.err // not cached: the next request tries again
+		return authnv1.UserInfo{}, rv.err // not cached: the next request tries again
 	}
 	cache, bound, ttl := r.allowed, maxAllowed, r.allowTTL
 	if rv.err != nil {
@@ -241,31 +285,37 @@ func unavailable(what string, err error) error {
 	return &Error{Kind: Unavailable, Msg: "the server cannot " + what + " now (its log says why); retry shortly"}
 }
 
-func (r *Reviewer) review(ctx context.Context, token, verb string) (string, error) {
+func (r *Reviewer) review(ctx context.Context, token, verb string) (authnv1.UserInfo, error) {
+	u, err := r.authenticate(ctx, token)
+	if err != nil || r.authorize == nil {
+		return u, err
+	}
+	if err := r.authorize(ctx, u, verb); err != nil {
+		if KindOf(err) == 0 {
+			err = &Error{Kind: Forbidden, Msg: err.Error()}
+		}
+		return u, err
+	}
+	return u, nil
+}
+
+// authenticate sends the TokenReview.
+func (r *Reviewer) authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
 	r.reviews("token")
 	tr, err := r.kc.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", unavailable("review the token", err)
+		return authnv1.UserInfo{}, unavailable("review the token", err)
 	}
 	if !tr.Status.Authenticated {
 		msg := "the bearer token was not accepted by the Kubernetes API server"
 		if tr.Status.Error != "" {
 			msg += ": " + redact.String(tr.Status.Error)
 		}
-		return "", &Error{Kind: Unauthenticated, Msg: msg}
+		return authnv1.UserInfo{}, &Error{Kind: Unauthenticated, Msg: msg}
 	}
-	if r.authorize == nil {
-		return tr.Status.User.Username, nil
-	}
-	if err := r.authorize(ctx, tr.Status.User, verb); err != nil {
-		if KindOf(err) == 0 {
-			err = &Error{Kind: Forbidden, Msg: err.Error()}
-		}
-		return tr.Status.User.Username, err
-	}
-	return tr.Status.User.Username, nil
+	return tr.Status.User, nil
 }
 
 // ResourceAttributes name what SubjectAccess asks about: a verb on Group/Resource/Subresource.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -25,11 +26,14 @@ const (
 )
 
 // Event is one stream event. Items holds the full list for a snapshot and the changed items for
-// a delta; the seed's NDJSON calls the latter "changes".
+// a delta; the seed's NDJSON calls the latter "changes". Removed names the components a delta
+// took out of the list: only hubs fed with Apply (the runs stream) send it; the health stream
+// reports a component that went away as an item ("no longer reported").
 type Event struct {
 	Type        EventType `json:"type"`
 	GeneratedAt time.Time `json:"generated_at"`
 	Items       []Item    `json:"items,omitempty"`
+	Removed     []string  `json:"removed,omitempty"`
 	Message     string    `json:"message,omitempty"`
 	Cursor      string    `json:"cursor,omitempty"`
 }
@@ -42,6 +46,7 @@ type Hub struct {
 	epoch   string
 	seq     uint64
 	current []Item
+	index   map[string]int // component -> position in current, built by Apply (nil until then)
 	window  []Event // deltas, oldest first, at most cap
 	cap     int
 	subs    map[*Subscription]struct{}
@@ -91,16 +96,68 @@ func (h *Hub) Update(items []Item) (Event, bool) {
 	defer h.mu.Unlock()
 	changes := Diff(h.current, items)
 	h.current = append([]Item(nil), items...)
+	h.index = nil
+	return h.recordLocked(changes, nil)
+}
+
+// Apply records a delta from changes that arrive item by item, without recomputing the whole
+// list (the runs stream: a run changed, a run was deleted). Each changed item replaces the
+// current item of its component, or joins the list; each removed component leaves it. Changes
+// equal to the current item and removals of unknown components are dropped; when nothing is
+// left, no delta is recorded. The list's order is not kept: a component that leaves is replaced
+// by the last one. The first Apply, like the first Update, makes the hub ready.
+func (h *Hub) Apply(changes []Item, removed []string) (Event, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.index == nil {
+		h.index = make(map[string]int, len(h.current))
+		for i, it := range h.current {
+			h.index[it.Component] = i
+		}
+	}
+	var changed []Item
+	for _, it := range changes {
+		if i, ok := h.index[it.Component]; ok {
+			if reflect.DeepEqual(h.current[i], it) {
+				continue
+			}
+			h.current[i] = it
+		} else {
+			h.index[it.Component] = len(h.current)
+			h.current = append(h.current, it)
+		}
+		changed = append(changed, it)
+	}
+	var gone []string
+	for _, c := range removed {
+		i, ok := h.index[c]
+		if !ok {
+			continue
+		}
+		last := len(h.current) - 1
+		h.current[i] = h.current[last]
+		h.index[h.current[i].Component] = i
+		h.current[last] = Item{}
+		h.current = h.current[:last]
+		delete(h.index, c)
+		gone = append(gone, c)
+	}
+	return h.recordLocked(changed, gone)
+}
+
+// recordLocked makes the hub ready and, when something changed, records the delta and sends it
+// to every subscriber; called with h.mu held.
+func (h *Hub) recordLocked(changes []Item, removed []string) (Event, bool) {
 	select {
 	case <-h.ready:
 	default:
 		close(h.ready)
 	}
-	if len(changes) == 0 {
+	if len(changes) == 0 && len(removed) == 0 {
 		return Event{}, false
 	}
 	h.seq++
-	ev := Event{Type: Delta, GeneratedAt: h.now().UTC(), Items: changes, Cursor: h.cursor(h.seq)}
+	ev := Event{Type: Delta, GeneratedAt: h.now().UTC(), Items: changes, Removed: removed, Cursor: h.cursor(h.seq)}
 	h.window = append(h.window, ev)
 	if len(h.window) > h.cap {
 		h.window = h.window[len(h.window)-h.cap:]

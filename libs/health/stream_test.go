@@ -341,3 +341,71 @@ func TestErrorEventsReachEveryWatcherAndTheStreamGoesOn(t *testing.T) {
 		t.Fatalf("resume from %q got %v, want just the delta", at, initial)
 	}
 }
+
+func run(name, phase string) Item {
+	return Item{Component: "AgentRun/" + name, Namespace: "agents", Status: Status(phase), Details: map[string]any{"name": name}}
+}
+
+func components(items []Item) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, it.Component)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestApplyRecordsOnlyWhatChangedAndWhatWasRemoved(t *testing.T) {
+	h := NewHub(10, 10)
+	first, _ := h.Apply([]Item{run("a", "Pending"), run("b", "Pending"), run("c", "Running")}, nil)
+	select {
+	case <-h.Ready():
+	default:
+		t.Fatal("the hub is not ready after the first Apply")
+	}
+	if first.Type != Delta || len(first.Items) != 3 {
+		t.Fatalf("first = %+v", first)
+	}
+	_, sub := h.Subscribe(first.Cursor, false)
+	defer sub.Close()
+	// a is unchanged, b moved on, d is new, c was deleted, x never existed.
+	d, changed := h.Apply([]Item{run("a", "Pending"), run("b", "Succeeded"), run("d", "Pending")}, []string{"c", "AgentRun/c", "AgentRun/x"})
+	if !changed {
+		t.Fatal("no delta")
+	}
+	if got := components(d.Items); !slices.Equal(got, []string{"AgentRun/b", "AgentRun/d"}) {
+		t.Fatalf("changes = %v, want b and d only", got)
+	}
+	if !slices.Equal(d.Removed, []string{"AgentRun/c"}) {
+		t.Fatalf("removed = %v, want [AgentRun/c]", d.Removed)
+	}
+	if got := components(h.Current().Items); !slices.Equal(got, []string{"AgentRun/a", "AgentRun/b", "AgentRun/d"}) {
+		t.Fatalf("current = %v", got)
+	}
+	if _, changed := h.Apply([]Item{run("a", "Pending")}, []string{"AgentRun/c"}); changed {
+		t.Fatal("an Apply that changed nothing recorded a delta")
+	}
+	// A subscriber resuming gets the same delta, and its JSON names the removed run.
+	select {
+	case ev := <-sub.Events():
+		raw, err := ev.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), `"removed":["AgentRun/c"]`) {
+			t.Fatalf("delta JSON %s does not name the removed run", raw)
+		}
+		var back Event
+		if err := back.UnmarshalJSON(raw); err != nil || !slices.Equal(back.Removed, []string{"AgentRun/c"}) || len(back.Items) != 2 {
+			t.Fatalf("decoded %+v, %v", back, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no live delta")
+	}
+	// After an Update replaces the list, Apply works from the new list.
+	h.Update([]Item{run("z", "Running")})
+	d, _ = h.Apply([]Item{run("z", "Succeeded")}, []string{"AgentRun/a"})
+	if len(d.Items) != 1 || len(d.Removed) != 0 || len(h.Current().Items) != 1 {
+		t.Fatalf("after Update: delta %+v, current %+v", d, h.Current().Items)
+	}
+}
