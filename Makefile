@@ -254,7 +254,7 @@ bench: tools build ## Benchmarks, one package at a time; each figure is printed 
 	@PKGS="$(or $(BENCH_PKGS),$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))))" BENCH_COUNT=$(or $(BENCH_COUNT),1) BENCH_E2E=$(or $(BENCH_E2E),1) hack/bench.sh
 
 .PHONY: bench-scale
-bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-step OrchestrationRuns) through the whole system on a local control plane: drain time, API requests, CPU and memory per run (27 minutes on this machine; not part of bench). Output in .bench/scale-<time>-<commit>.txt (AGENTPLANE_BENCH_SCALE_TIERS=1000,10000 sets the tiers).
+bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-step OrchestrationRuns) through the whole system on a local control plane: drain time, API requests, CPU and memory per run (25 to 45 minutes on this machine; not part of bench). Output in .bench/scale-<time>-<commit>.txt (AGENTPLANE_BENCH_SCALE_TIERS=1000,10000 sets the tiers).
 	@mkdir -p .bench && out=.bench/scale-$$(date +%Y%m%dT%H%M%S)-$$(git rev-parse --short HEAD).txt && \
 	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ScaleRuns -benchtime 1x -timeout 150m .) 2>&1 | tee "$$out"
 
