@@ -138,11 +138,17 @@ func TestSchemaRefusesWhatTheBinaryRefuses(t *testing.T) {
 		{"watch-gateway", "heartbeat", "heartbeat=0s"},
 		{"watch-gateway", "heartbeat", "heartbeat=10m"},
 		{"status-writer", "cacheTTL", "auth.cacheTTL=0s"},
+		{"watch-gateway", "sessionTTL", "console.sessionTTL=30s"},
+		{"watch-gateway", "sessionTTL", "console.sessionTTL=200h"},
+		{"watch-gateway", "retention", "history.retention=0m"},
+		{"watch-gateway", "retention", "history.retention=2161h"},
+		{"watch-gateway", "maxEntries", "history.maxEntries=99"},
 	} {
 		wantRefused(t, h, c.chart, c.field, "--set", c.set)
 	}
 	for _, c := range []struct{ chart, set string }{
 		{"event-emitter", "events.rateLimitPerMin=1"}, {"watch-gateway", "heartbeat=1s"}, {"watch-gateway", "heartbeat=5m"},
+		{"watch-gateway", "console.sessionTTL=168h"}, {"watch-gateway", "history.retention=2160h"},
 	} {
 		h.template(t, c.chart, "--set", c.set)
 	}

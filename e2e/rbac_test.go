@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -219,6 +220,68 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	}
 	if out, err := exec.Command(agentctl, "status", "--gateway", server, "--gateway-token-file", tokenFile, "--exit-code=false").CombinedOutput(); err != nil || !strings.Contains(string(out), "crds") {
 		t.Fatalf("agentctl --gateway-token-file: %v\n%s", err, out)
+	}
+
+	// The console, with only the chart's RBAC for the gateway: a user bound to the chart's
+	// console-operator Role signs in, follows the runs stream, reads a run's page (its Jobs and
+	// Events) and cancels it.
+	if out, err := kubectl("-n", "granted", "create", "rolebinding", "operator-console", "--role", "watch-gateway-console-operator",
+		"--serviceaccount", "granted:operator"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	run := filepath.Join(t.TempDir(), "run.yaml")
+	if err := os.WriteFile(run, []byte(agentRunYAML("console-rbac", "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl("-n", "granted", "apply", "-f", run); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	signin, _ := http.NewRequest(http.MethodPost, base+"/console/api/session", strings.NewReader(`{"token":"`+token+`"}`))
+	signin.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(signin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var who struct {
+		CSRF string `json:"csrf"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &who) != nil || len(resp.Cookies()) != 1 {
+		t.Fatalf("console sign-in: %d %s", resp.StatusCode, body)
+	}
+	cookie := resp.Cookies()[0]
+	call := func(method, path string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, nil)
+		req.AddCookie(cookie)
+		req.Header.Set("X-CSRF-Token", who.CSRF)
+		resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.Header.Get("Content-Type") == "text/event-stream" {
+			return resp.StatusCode, ""
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := call(http.MethodGet, "/api/agents/runs/stream"); code != http.StatusOK {
+		t.Fatalf("the runs stream for the console operator: %d", code)
+	}
+	eventually(t, 30*time.Second, "the run's page", func() error {
+		code, body := call(http.MethodGet, "/console/api/runs/AgentRun/console-rbac")
+		if code != http.StatusOK || !strings.Contains(body, `"can_cancel":true`) || strings.Contains(body, "problems") {
+			return errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	if code, body := call(http.MethodPost, "/console/api/runs/AgentRun/console-rbac/cancel"); code != http.StatusAccepted {
+		t.Fatalf("cancel through the console with the chart's RBAC: %d %s", code, body)
+	}
+	if out, _ := kubectl("-n", "granted", "get", "agentrun", "console-rbac", "-o", "jsonpath={.spec.cancel}"); out != "true" {
+		t.Fatalf("spec.cancel after the console's cancel: %q", out)
 	}
 }
 

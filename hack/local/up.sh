@@ -288,6 +288,7 @@ agentplane is up (state in $LOCAL_DIR).
   agentctl version
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
+Web console (health, runs, a run's steps and Cancel, status history): http://localhost:$WATCH_HTTP_PORT/
 Control-plane health stream: curl -N http://127.0.0.1:$WATCH_HTTP_PORT/api/agents/control-plane/status/stream
 $(if [ "$WITH_JAEGER" = 1 ]; then echo "Traces (every service and kube-apiserver): Jaeger at http://127.0.0.1:$JAEGER_UI_PORT (query API under /api/; the web UI needs assets built with npm, see README)"; else echo "Tracing is off: 'make tools-jaeger', then 'make down' and 'make up', starts Jaeger and sends every service's spans to it."; fi)
 status-writer and event-emitter accept only the controllers' ServiceAccount tokens ($TOKEN_DIR).

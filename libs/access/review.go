@@ -346,9 +346,13 @@ func SubjectAccess(kc kubernetes.Interface, namespace string, res ResourceAttrib
 			return unavailable("check access", err)
 		}
 		if !sar.Status.Allowed {
+			what := res.Resource
+			if res.Subresource != "" {
+				what += "/" + res.Subresource
+			}
 			return &Error{Kind: Forbidden, Msg: fmt.Sprintf(
-				"%s may not %s %s/%s in namespace %s: grant it with a Role rule {apiGroups: [%s], resources: [%s/%s], verbs: [%s]}",
-				u.Username, verb, res.Resource, res.Subresource, namespace, res.Group, res.Resource, res.Subresource, verb)}
+				"%s may not %s %s in namespace %s: grant it with a Role rule {apiGroups: [%s], resources: [%s], verbs: [%s]}",
+				u.Username, verb, what, namespace, res.Group, what, verb)}
 		}
 		return nil
 	}

@@ -47,7 +47,7 @@ type Hub struct {
 	seq     uint64
 	current []Item
 	index   map[string]int // component -> position in current, built by Apply (nil until then)
-	window  []Event // deltas, oldest first, at most cap
+	window  []Event        // deltas, oldest first, at most cap
 	cap     int
 	subs    map[*Subscription]struct{}
 	sinks   map[Sink]struct{}

@@ -101,6 +101,8 @@ func Route(path string) string {
 type Clients struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
+	// Config is what both were built from (for typed REST clients of the agentplane groups).
+	Config *rest.Config
 }
 
 // NewClients builds both clients from the service's configuration (ForService).
@@ -117,5 +119,5 @@ func NewClients(c config.Service) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("dynamic client: %w", err)
 	}
-	return Clients{Kube: kc, Dynamic: dyn}, nil
+	return Clients{Kube: kc, Dynamic: dyn, Config: cfg}, nil
 }

@@ -61,6 +61,22 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 - name: JANGAR_WATCH_TLS_CLIENT_CA_FILE
   value: /etc/watch-gateway/client-ca/{{ .Values.tls.clientCA.key }}
 {{- end }}
+- name: JANGAR_CONSOLE_ENABLED
+  value: {{ .Values.console.enabled | quote }}
+{{- if .Values.console.enabled }}
+- name: JANGAR_CONSOLE_CANCEL_ENABLED
+  value: {{ .Values.console.cancel | quote }}
+- name: JANGAR_CONSOLE_SESSION_TTL
+  value: {{ .Values.console.sessionTTL | quote }}
+{{- if .Values.console.sessionKey.secretName }}
+- name: JANGAR_CONSOLE_SESSION_KEY_FILE
+  value: /etc/watch-gateway/console/{{ .Values.console.sessionKey.key }}
+{{- end }}
+{{- end }}
+- name: JANGAR_WATCH_HISTORY_RETENTION
+  value: {{ .Values.history.retention | quote }}
+- name: JANGAR_WATCH_HISTORY_MAX_ENTRIES
+  value: {{ .Values.history.maxEntries | int | quote }}
 {{- include "watch-gateway.redisEnv" . }}
 {{- end }}
 
@@ -76,11 +92,31 @@ with rbac.clusterScoped).
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch"]
-{{- if eq .Values.auth.mode "token" }}
-# auth.mode=token: ask whether a caller may read controlplane/status in this namespace.
+{{- if or (eq .Values.auth.mode "token") (and .Values.console.enabled .Values.console.cancel (eq .Values.auth.mode "mtls")) }}
+# auth.mode=token: ask whether a caller may read controlplane/status (and, for the console, the
+# runs) in this namespace; mtls with the console's Cancel: whether the certificate's user may patch.
 - apiGroups: ["authorization.k8s.io"]
   resources: ["localsubjectaccessreviews"]
   verbs: ["create"]
+{{- end }}
+{{- if .Values.console.enabled }}
+# The console: the runs stream's informers and a run's page (its Orchestration, Jobs and Events);
+# with console.cancel, setting spec.cancel for a user the API server allows to patch the run.
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agentruns"]
+  verbs: ["get", "list", "watch"{{ if .Values.console.cancel }}, "patch"{{ end }}]
+- apiGroups: ["orchestration.proompteng.ai"]
+  resources: ["orchestrationruns"]
+  verbs: ["get", "list", "watch"{{ if .Values.console.cancel }}, "patch"{{ end }}]
+- apiGroups: ["orchestration.proompteng.ai"]
+  resources: ["orchestrations"]
+  verbs: ["get"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["list"]
 {{- end }}
 {{- end }}
 
@@ -107,6 +143,11 @@ charts/_shared, includes them).
               mountPath: /etc/watch-gateway/client-ca
               readOnly: true
             {{- end }}
+            {{- if and .Values.console.enabled .Values.console.sessionKey.secretName }}
+            - name: console-session
+              mountPath: /etc/watch-gateway/console
+              readOnly: true
+            {{- end }}
             {{- include "watch-gateway.redisVolumeMounts" . }}
 {{- end }}
 
@@ -123,6 +164,14 @@ charts/_shared, includes them).
         - name: client-ca
           secret:
             secretName: {{ .Values.tls.clientCA.secretName | quote }}
+        {{- end }}
+        {{- if and .Values.console.enabled .Values.console.sessionKey.secretName }}
+        - name: console-session
+          secret:
+            secretName: {{ .Values.console.sessionKey.secretName | quote }}
+            items:
+              - key: {{ .Values.console.sessionKey.key | quote }}
+                path: {{ .Values.console.sessionKey.key | quote }}
         {{- end }}
         {{- include "watch-gateway.redisVolumes" . }}
 {{- end }}

@@ -405,6 +405,228 @@ func (x *ControlPlaneStatusEvent) GetCursor() string {
 	return ""
 }
 
+type GetControlPlaneStatusHistoryRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// How far back to look (default one hour; at most the gateway's retention is kept).
+	Since *durationpb.Duration `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many transitions, the newest (default 1000, at most 10000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetControlPlaneStatusHistoryRequest) Reset() {
+	*x = GetControlPlaneStatusHistoryRequest{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetControlPlaneStatusHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetControlPlaneStatusHistoryRequest) ProtoMessage() {}
+
+func (x *GetControlPlaneStatusHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetControlPlaneStatusHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetControlPlaneStatusHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetControlPlaneStatusHistoryRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetControlPlaneStatusHistoryRequest) GetSince() *durationpb.Duration {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetControlPlaneStatusHistoryRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ControlPlaneStatusHistory struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	GeneratedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=generated_at,json=generatedAt,proto3" json:"generated_at,omitempty"`
+	// Oldest first.
+	Transitions []*ControlPlaneStatusTransition `protobuf:"bytes,2,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// How long the gateway keeps transitions.
+	Retention *durationpb.Duration `protobuf:"bytes,3,opt,name=retention,proto3" json:"retention,omitempty"`
+	// Older transitions in the window were left out (see limit).
+	Truncated bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// When the oldest transition kept was seen (unset when none is kept): the timeline says
+	// nothing about the time before it.
+	Oldest        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest,proto3" json:"oldest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlPlaneStatusHistory) Reset() {
+	*x = ControlPlaneStatusHistory{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlPlaneStatusHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlPlaneStatusHistory) ProtoMessage() {}
+
+func (x *ControlPlaneStatusHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlPlaneStatusHistory.ProtoReflect.Descriptor instead.
+func (*ControlPlaneStatusHistory) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ControlPlaneStatusHistory) GetGeneratedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.GeneratedAt
+	}
+	return nil
+}
+
+func (x *ControlPlaneStatusHistory) GetTransitions() []*ControlPlaneStatusTransition {
+	if x != nil {
+		return x.Transitions
+	}
+	return nil
+}
+
+func (x *ControlPlaneStatusHistory) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+func (x *ControlPlaneStatusHistory) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ControlPlaneStatusHistory) GetOldest() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Oldest
+	}
+	return nil
+}
+
+type ControlPlaneStatusTransition struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Component string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// healthy | degraded | unknown | error | configured
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// The status recorded before this one ("" for the first).
+	PreviousStatus string `protobuf:"bytes,3,opt,name=previous_status,json=previousStatus,proto3" json:"previous_status,omitempty"`
+	Message        string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// When a gateway saw the change.
+	At            *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlPlaneStatusTransition) Reset() {
+	*x = ControlPlaneStatusTransition{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlPlaneStatusTransition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlPlaneStatusTransition) ProtoMessage() {}
+
+func (x *ControlPlaneStatusTransition) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlPlaneStatusTransition.ProtoReflect.Descriptor instead.
+func (*ControlPlaneStatusTransition) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ControlPlaneStatusTransition) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *ControlPlaneStatusTransition) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ControlPlaneStatusTransition) GetPreviousStatus() string {
+	if x != nil {
+		return x.PreviousStatus
+	}
+	return ""
+}
+
+func (x *ControlPlaneStatusTransition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ControlPlaneStatusTransition) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 var File_proompteng_jangar_v1_agentctl_proto protoreflect.FileDescriptor
 
 const file_proompteng_jangar_v1_agentctl_proto_rawDesc = "" +
@@ -438,10 +660,27 @@ const file_proompteng_jangar_v1_agentctl_proto_rawDesc = "" +
 	"\bSNAPSHOT\x10\x01\x12\t\n" +
 	"\x05DELTA\x10\x02\x12\r\n" +
 	"\tHEARTBEAT\x10\x03\x12\t\n" +
-	"\x05ERROR\x10\x042\x8b\x02\n" +
+	"\x05ERROR\x10\x04\"\x8a\x01\n" +
+	"#GetControlPlaneStatusHistoryRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12/\n" +
+	"\x05since\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05since\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\xbb\x02\n" +
+	"\x19ControlPlaneStatusHistory\x12=\n" +
+	"\fgenerated_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vgeneratedAt\x12T\n" +
+	"\vtransitions\x18\x02 \x03(\v22.proompteng.jangar.v1.ControlPlaneStatusTransitionR\vtransitions\x127\n" +
+	"\tretention\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x122\n" +
+	"\x06oldest\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06oldest\"\xc3\x01\n" +
+	"\x1cControlPlaneStatusTransition\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12'\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12*\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at2\x98\x03\n" +
 	"\x0fAgentctlService\x12u\n" +
 	"\x15GetControlPlaneStatus\x122.proompteng.jangar.v1.GetControlPlaneStatusRequest\x1a(.proompteng.jangar.v1.ControlPlaneStatus\x12\x80\x01\n" +
-	"\x17WatchControlPlaneStatus\x124.proompteng.jangar.v1.WatchControlPlaneStatusRequest\x1a-.proompteng.jangar.v1.ControlPlaneStatusEvent0\x01BFZDgithub.com/agentplane/agentplane/proto/proompteng/jangar/v1;jangarv1b\x06proto3"
+	"\x17WatchControlPlaneStatus\x124.proompteng.jangar.v1.WatchControlPlaneStatusRequest\x1a-.proompteng.jangar.v1.ControlPlaneStatusEvent0\x01\x12\x8a\x01\n" +
+	"\x1cGetControlPlaneStatusHistory\x129.proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest\x1a/.proompteng.jangar.v1.ControlPlaneStatusHistoryBFZDgithub.com/agentplane/agentplane/proto/proompteng/jangar/v1;jangarv1b\x06proto3"
 
 var (
 	file_proompteng_jangar_v1_agentctl_proto_rawDescOnce sync.Once
@@ -456,35 +695,46 @@ func file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP() []byte {
 }
 
 var file_proompteng_jangar_v1_agentctl_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proompteng_jangar_v1_agentctl_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_proompteng_jangar_v1_agentctl_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_proompteng_jangar_v1_agentctl_proto_goTypes = []any{
-	(ControlPlaneStatusEvent_Type)(0),      // 0: proompteng.jangar.v1.ControlPlaneStatusEvent.Type
-	(*GetControlPlaneStatusRequest)(nil),   // 1: proompteng.jangar.v1.GetControlPlaneStatusRequest
-	(*ControlPlaneStatus)(nil),             // 2: proompteng.jangar.v1.ControlPlaneStatus
-	(*ControlPlaneStatusItem)(nil),         // 3: proompteng.jangar.v1.ControlPlaneStatusItem
-	(*WatchControlPlaneStatusRequest)(nil), // 4: proompteng.jangar.v1.WatchControlPlaneStatusRequest
-	(*ControlPlaneStatusEvent)(nil),        // 5: proompteng.jangar.v1.ControlPlaneStatusEvent
-	(*timestamppb.Timestamp)(nil),          // 6: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                // 7: google.protobuf.Struct
-	(*durationpb.Duration)(nil),            // 8: google.protobuf.Duration
+	(ControlPlaneStatusEvent_Type)(0),           // 0: proompteng.jangar.v1.ControlPlaneStatusEvent.Type
+	(*GetControlPlaneStatusRequest)(nil),        // 1: proompteng.jangar.v1.GetControlPlaneStatusRequest
+	(*ControlPlaneStatus)(nil),                  // 2: proompteng.jangar.v1.ControlPlaneStatus
+	(*ControlPlaneStatusItem)(nil),              // 3: proompteng.jangar.v1.ControlPlaneStatusItem
+	(*WatchControlPlaneStatusRequest)(nil),      // 4: proompteng.jangar.v1.WatchControlPlaneStatusRequest
+	(*ControlPlaneStatusEvent)(nil),             // 5: proompteng.jangar.v1.ControlPlaneStatusEvent
+	(*GetControlPlaneStatusHistoryRequest)(nil), // 6: proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest
+	(*ControlPlaneStatusHistory)(nil),           // 7: proompteng.jangar.v1.ControlPlaneStatusHistory
+	(*ControlPlaneStatusTransition)(nil),        // 8: proompteng.jangar.v1.ControlPlaneStatusTransition
+	(*timestamppb.Timestamp)(nil),               // 9: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                     // 10: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                 // 11: google.protobuf.Duration
 }
 var file_proompteng_jangar_v1_agentctl_proto_depIdxs = []int32{
-	6, // 0: proompteng.jangar.v1.ControlPlaneStatus.generated_at:type_name -> google.protobuf.Timestamp
-	3, // 1: proompteng.jangar.v1.ControlPlaneStatus.items:type_name -> proompteng.jangar.v1.ControlPlaneStatusItem
-	7, // 2: proompteng.jangar.v1.ControlPlaneStatusItem.details:type_name -> google.protobuf.Struct
-	8, // 3: proompteng.jangar.v1.WatchControlPlaneStatusRequest.heartbeat:type_name -> google.protobuf.Duration
-	0, // 4: proompteng.jangar.v1.ControlPlaneStatusEvent.type:type_name -> proompteng.jangar.v1.ControlPlaneStatusEvent.Type
-	6, // 5: proompteng.jangar.v1.ControlPlaneStatusEvent.generated_at:type_name -> google.protobuf.Timestamp
-	3, // 6: proompteng.jangar.v1.ControlPlaneStatusEvent.items:type_name -> proompteng.jangar.v1.ControlPlaneStatusItem
-	1, // 7: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:input_type -> proompteng.jangar.v1.GetControlPlaneStatusRequest
-	4, // 8: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:input_type -> proompteng.jangar.v1.WatchControlPlaneStatusRequest
-	2, // 9: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatus
-	5, // 10: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatusEvent
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	9,  // 0: proompteng.jangar.v1.ControlPlaneStatus.generated_at:type_name -> google.protobuf.Timestamp
+	3,  // 1: proompteng.jangar.v1.ControlPlaneStatus.items:type_name -> proompteng.jangar.v1.ControlPlaneStatusItem
+	10, // 2: proompteng.jangar.v1.ControlPlaneStatusItem.details:type_name -> google.protobuf.Struct
+	11, // 3: proompteng.jangar.v1.WatchControlPlaneStatusRequest.heartbeat:type_name -> google.protobuf.Duration
+	0,  // 4: proompteng.jangar.v1.ControlPlaneStatusEvent.type:type_name -> proompteng.jangar.v1.ControlPlaneStatusEvent.Type
+	9,  // 5: proompteng.jangar.v1.ControlPlaneStatusEvent.generated_at:type_name -> google.protobuf.Timestamp
+	3,  // 6: proompteng.jangar.v1.ControlPlaneStatusEvent.items:type_name -> proompteng.jangar.v1.ControlPlaneStatusItem
+	11, // 7: proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest.since:type_name -> google.protobuf.Duration
+	9,  // 8: proompteng.jangar.v1.ControlPlaneStatusHistory.generated_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: proompteng.jangar.v1.ControlPlaneStatusHistory.transitions:type_name -> proompteng.jangar.v1.ControlPlaneStatusTransition
+	11, // 10: proompteng.jangar.v1.ControlPlaneStatusHistory.retention:type_name -> google.protobuf.Duration
+	9,  // 11: proompteng.jangar.v1.ControlPlaneStatusHistory.oldest:type_name -> google.protobuf.Timestamp
+	9,  // 12: proompteng.jangar.v1.ControlPlaneStatusTransition.at:type_name -> google.protobuf.Timestamp
+	1,  // 13: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:input_type -> proompteng.jangar.v1.GetControlPlaneStatusRequest
+	4,  // 14: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:input_type -> proompteng.jangar.v1.WatchControlPlaneStatusRequest
+	6,  // 15: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatusHistory:input_type -> proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest
+	2,  // 16: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatus
+	5,  // 17: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatusEvent
+	7,  // 18: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatusHistory:output_type -> proompteng.jangar.v1.ControlPlaneStatusHistory
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_proompteng_jangar_v1_agentctl_proto_init() }
@@ -498,7 +748,7 @@ func file_proompteng_jangar_v1_agentctl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proompteng_jangar_v1_agentctl_proto_rawDesc), len(file_proompteng_jangar_v1_agentctl_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,8 +22,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentctlService_GetControlPlaneStatus_FullMethodName   = "/proompteng.jangar.v1.AgentctlService/GetControlPlaneStatus"
-	AgentctlService_WatchControlPlaneStatus_FullMethodName = "/proompteng.jangar.v1.AgentctlService/WatchControlPlaneStatus"
+	AgentctlService_GetControlPlaneStatus_FullMethodName        = "/proompteng.jangar.v1.AgentctlService/GetControlPlaneStatus"
+	AgentctlService_WatchControlPlaneStatus_FullMethodName      = "/proompteng.jangar.v1.AgentctlService/WatchControlPlaneStatus"
+	AgentctlService_GetControlPlaneStatusHistory_FullMethodName = "/proompteng.jangar.v1.AgentctlService/GetControlPlaneStatusHistory"
 )
 
 // AgentctlServiceClient is the client API for AgentctlService service.
@@ -35,6 +36,10 @@ type AgentctlServiceClient interface {
 	// WatchControlPlaneStatus streams a snapshot, then deltas and heartbeats. UNAVAILABLE means
 	// retry with the last cursor; FAILED_PRECONDITION means the mode asked for is not supported.
 	WatchControlPlaneStatus(ctx context.Context, in *WatchControlPlaneStatusRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ControlPlaneStatusEvent], error)
+	// GetControlPlaneStatusHistory returns the component status transitions the gateway recorded
+	// (in Redis, shared by its replicas) in a recent window, oldest first. FAILED_PRECONDITION when
+	// the gateway keeps no history (no Redis configured); UNAVAILABLE when Redis cannot be reached.
+	GetControlPlaneStatusHistory(ctx context.Context, in *GetControlPlaneStatusHistoryRequest, opts ...grpc.CallOption) (*ControlPlaneStatusHistory, error)
 }
 
 type agentctlServiceClient struct {
@@ -74,6 +79,16 @@ func (c *agentctlServiceClient) WatchControlPlaneStatus(ctx context.Context, in 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentctlService_WatchControlPlaneStatusClient = grpc.ServerStreamingClient[ControlPlaneStatusEvent]
 
+func (c *agentctlServiceClient) GetControlPlaneStatusHistory(ctx context.Context, in *GetControlPlaneStatusHistoryRequest, opts ...grpc.CallOption) (*ControlPlaneStatusHistory, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlPlaneStatusHistory)
+	err := c.cc.Invoke(ctx, AgentctlService_GetControlPlaneStatusHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentctlServiceServer is the server API for AgentctlService service.
 // All implementations must embed UnimplementedAgentctlServiceServer
 // for forward compatibility.
@@ -83,6 +98,10 @@ type AgentctlServiceServer interface {
 	// WatchControlPlaneStatus streams a snapshot, then deltas and heartbeats. UNAVAILABLE means
 	// retry with the last cursor; FAILED_PRECONDITION means the mode asked for is not supported.
 	WatchControlPlaneStatus(*WatchControlPlaneStatusRequest, grpc.ServerStreamingServer[ControlPlaneStatusEvent]) error
+	// GetControlPlaneStatusHistory returns the component status transitions the gateway recorded
+	// (in Redis, shared by its replicas) in a recent window, oldest first. FAILED_PRECONDITION when
+	// the gateway keeps no history (no Redis configured); UNAVAILABLE when Redis cannot be reached.
+	GetControlPlaneStatusHistory(context.Context, *GetControlPlaneStatusHistoryRequest) (*ControlPlaneStatusHistory, error)
 	mustEmbedUnimplementedAgentctlServiceServer()
 }
 
@@ -98,6 +117,9 @@ func (UnimplementedAgentctlServiceServer) GetControlPlaneStatus(context.Context,
 }
 func (UnimplementedAgentctlServiceServer) WatchControlPlaneStatus(*WatchControlPlaneStatusRequest, grpc.ServerStreamingServer[ControlPlaneStatusEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchControlPlaneStatus not implemented")
+}
+func (UnimplementedAgentctlServiceServer) GetControlPlaneStatusHistory(context.Context, *GetControlPlaneStatusHistoryRequest) (*ControlPlaneStatusHistory, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetControlPlaneStatusHistory not implemented")
 }
 func (UnimplementedAgentctlServiceServer) mustEmbedUnimplementedAgentctlServiceServer() {}
 func (UnimplementedAgentctlServiceServer) testEmbeddedByValue()                         {}
@@ -149,6 +171,24 @@ func _AgentctlService_WatchControlPlaneStatus_Handler(srv interface{}, stream gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentctlService_WatchControlPlaneStatusServer = grpc.ServerStreamingServer[ControlPlaneStatusEvent]
 
+func _AgentctlService_GetControlPlaneStatusHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetControlPlaneStatusHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentctlServiceServer).GetControlPlaneStatusHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentctlService_GetControlPlaneStatusHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentctlServiceServer).GetControlPlaneStatusHistory(ctx, req.(*GetControlPlaneStatusHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentctlService_ServiceDesc is the grpc.ServiceDesc for AgentctlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -159,6 +199,10 @@ var AgentctlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetControlPlaneStatus",
 			Handler:    _AgentctlService_GetControlPlaneStatus_Handler,
+		},
+		{
+			MethodName: "GetControlPlaneStatusHistory",
+			Handler:    _AgentctlService_GetControlPlaneStatusHistory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -30,6 +30,20 @@ type gateway struct {
 	mu      sync.Mutex
 	watches []watchScript
 	calls   atomic.Int32
+	// The status history: what GetControlPlaneStatusHistory answers, and the request it got.
+	history    *jangarv1.ControlPlaneStatusHistory
+	historyErr error
+	historyReq *jangarv1.GetControlPlaneStatusHistoryRequest
+}
+
+func (g *gateway) GetControlPlaneStatusHistory(_ context.Context, req *jangarv1.GetControlPlaneStatusHistoryRequest) (*jangarv1.ControlPlaneStatusHistory, error) {
+	g.mu.Lock()
+	g.historyReq = req
+	g.mu.Unlock()
+	if g.historyErr != nil {
+		return nil, g.historyErr
+	}
+	return g.history, nil
 }
 
 type watchScript struct {

@@ -131,7 +131,7 @@ credentials, a namespace the gateway does not serve, an unsupported call) end it
 		},
 	}
 	addStatusFlags(watch, wo, "table")
-	cmd.AddCommand(watch, newStatusWaitCommand(g))
+	cmd.AddCommand(watch, newStatusWaitCommand(g), newStatusHistoryCommand(g))
 	return cmd
 }
 

@@ -15,6 +15,7 @@ import (
 
 // The shared types, under the names the gateway uses.
 type (
+	Error           = lib.Error
 	Mode            = lib.Mode
 	Reviewer        = lib.Reviewer
 	ReviewerOptions = lib.ReviewerOptions
@@ -68,6 +69,17 @@ func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *
 	o.Authorize = lib.SubjectAccess(kc, namespace, lib.ResourceAttributes{Group: Group, Resource: Resource, Subresource: Subresource}, o.OnReview)
 	if o.MissingToken == "" {
 		o.MissingToken = "a bearer token is required: send Authorization: Bearer <token> (agentctl: --token or --token-file)"
+	}
+	return lib.NewReviewer(kc, o)
+}
+
+// NewResourceReviewer decides, for the console, whether a user may do a verb on a real resource
+// of namespace (get or patch agentruns, say): a LocalSubjectAccessReview per user and verb,
+// cached like the status Reviewer's. Tokens it is given are reviewed with o.Audiences.
+func NewResourceReviewer(kc kubernetes.Interface, namespace, group, resource string, o ReviewerOptions) *Reviewer {
+	o.Authorize = lib.SubjectAccess(kc, namespace, lib.ResourceAttributes{Group: group, Resource: resource}, o.OnReview)
+	if o.MissingToken == "" {
+		o.MissingToken = "sign in to the console, or send Authorization: Bearer <token>"
 	}
 	return lib.NewReviewer(kc, o)
 }

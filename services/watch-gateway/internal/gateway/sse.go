@@ -38,10 +38,11 @@ const recheckTimeout = 10 * time.Second
 // detachedConn is one SSE watch served without a goroutine of its own.
 type detachedConn struct {
 	g      *Gateway
+	feed   feed
 	conn   net.Conn
 	ndjson bool
 	hb     time.Duration
-	token  string
+	cred   Credential
 
 	mu        sync.Mutex
 	done      bool
@@ -86,19 +87,19 @@ func (c *detachedConn) encode(ev health.Event) []byte {
 
 // serveDetached takes the connection over; it returns false (and has written nothing) when the
 // connection cannot be taken over.
-func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, ndjson bool, hb time.Duration, since, token string) bool {
+func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, f feed, ndjson bool, hb time.Duration, since string, cred Credential) bool {
 	hj, ok := w.(http.Hijacker)
 	if !ok || r.ProtoMajor != 1 {
 		return false
 	}
 	// Before taking the connection: a request made right after start waits for the first status.
-	g.waitReady(r.Context())
+	waitReady(r.Context(), f.hub)
 	conn, _, err := hj.Hijack()
 	if err != nil {
 		return false
 	}
 	_ = conn.SetDeadline(time.Time{})
-	c := &detachedConn{g: g, conn: conn, ndjson: ndjson, hb: hb, token: token}
+	c := &detachedConn{g: g, feed: f, conn: conn, ndjson: ndjson, hb: hb, cred: cred}
 	contentType := "text/event-stream"
 	if ndjson {
 		contentType = "application/x-ndjson"
@@ -125,7 +126,7 @@ func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, ndjson b
 	// Attach and the first events under c.mu: a delta delivered meanwhile waits for the lock,
 	// so it follows them.
 	var first strings.Builder
-	initial, at := g.hub.Attach(since, false, c)
+	initial, at := f.hub.Attach(since, false, c)
 	c.cursor = at
 	for _, ev := range initial {
 		first.Write(c.encode(ev))
@@ -174,7 +175,7 @@ func (c *detachedConn) nextTickLocked(now time.Time) time.Duration {
 	if ka := c.lastTick.Add(c.g.keepAlive); ka.Before(next) {
 		next = ka
 	}
-	if c.g.auth != nil && c.g.recheck > 0 {
+	if c.feed.auth != nil && c.g.recheck > 0 {
 		if rc := c.lastCheck.Add(c.g.recheck); rc.Before(next) {
 			next = rc
 		}
@@ -216,10 +217,10 @@ func peerClosed(conn net.Conn) bool {
 func (c *detachedConn) tick() {
 	now := time.Now()
 	var refused error
-	if c.g.auth != nil && c.g.recheck > 0 && !now.Before(c.lastCheck.Add(c.g.recheck)) {
+	if c.feed.auth != nil && c.g.recheck > 0 && !now.Before(c.lastCheck.Add(c.g.recheck)) {
 		// Outside c.mu: a review may take a while and deliveries must not wait for it.
 		ctx, cancel := context.WithTimeout(context.Background(), recheckTimeout)
-		refused = c.g.stillAllowed(ctx, c.token, access.VerbWatch)
+		refused = c.g.stillAllowed(ctx, c.feed.auth, c.cred, access.VerbWatch)
 		cancel()
 		c.lastCheck = now
 	}
@@ -263,7 +264,7 @@ func (c *detachedConn) closeLocked(reason string) {
 		c.timer.Stop()
 	}
 	_ = c.conn.Close()
-	c.g.hub.Detach(c)
+	c.feed.hub.Detach(c)
 	c.g.trackDetached(c, false)
 	c.g.active.Add(-1)
 	c.g.metrics.active.WithLabelValues("sse").Dec()

@@ -15,14 +15,21 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	authnv1 "k8s.io/api/authentication/v1"
 
 	"github.com/agentplane/agentplane/libs/health"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/history"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/session"
 )
 
 // StreamPath is the seed's SSE endpoint.
 const StreamPath = "/api/agents/control-plane/status/stream"
+
+// RunsStreamPath is the runs stream: the namespace's AgentRuns and OrchestrationRuns, with the
+// health stream's events, cursors and parameters (package runs says what an item holds).
+const RunsStreamPath = "/api/agents/runs/stream"
 
 // Limits on a client's heartbeat override.
 const (
@@ -32,10 +39,13 @@ const (
 	retryMillis      = 1000
 )
 
-// Gateway serves the hub over SSE and gRPC.
+// Gateway serves the hub over SSE and gRPC, and the runs hub over SSE.
 type Gateway struct {
 	jangarv1.UnimplementedAgentctlServiceServer
 	hub       *health.Hub
+	runs      feed
+	sessions  *session.Keys
+	history   *history.Store
 	namespace string
 	heartbeat time.Duration
 	maxActive int64
@@ -50,15 +60,70 @@ type Gateway struct {
 	closing    bool
 }
 
-// Authorizer decides whether a bearer token may read the status (access.Reviewer).
+// Authorizer decides whether a bearer token, or a user already signed in to the console, may
+// read what a stream serves (access.Reviewer).
 type Authorizer interface {
 	Check(ctx context.Context, token, verb string) (user string, err error)
+	CheckUser(ctx context.Context, u authnv1.UserInfo, verb string) error
+}
+
+// Credential is what a request presents: a bearer token, or the user of a console session.
+type Credential struct {
+	Token string
+	User  *authnv1.UserInfo
+}
+
+// feed is one SSE stream: its hub and who may read it (nil: anyone).
+type feed struct {
+	hub  *health.Hub
+	auth Authorizer
 }
 
 // RequireToken makes every stream and status call present a bearer token that auth accepts;
 // open streams are checked again every recheck and end when access is gone.
 func (g *Gateway) RequireToken(auth Authorizer, recheck time.Duration) {
 	g.auth, g.recheck = auth, recheck
+}
+
+// ServeRuns serves hub on the runs stream; with token access on, readers must be allowed by auth
+// (asked for verb watch).
+func (g *Gateway) ServeRuns(hub *health.Hub, auth Authorizer) {
+	g.runs = feed{hub: hub, auth: auth}
+}
+
+// AcceptSessions lets the streams accept a console session cookie instead of a bearer token.
+func (g *Gateway) AcceptSessions(k *session.Keys) { g.sessions = k }
+
+// RunsHandler serves RunsStreamPath.
+func (g *Gateway) RunsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.runs.hub == nil {
+			http.Error(w, "this gateway serves no runs stream", http.StatusNotFound)
+			return
+		}
+		g.serveFeed(w, r, g.runs)
+	})
+}
+
+// credential is what r presents: its bearer token, else its console session's user.
+func (g *Gateway) credential(r *http.Request) Credential {
+	if token, ok := access.BearerToken(r.Header.Get("Authorization")); ok {
+		return Credential{Token: token}
+	}
+	if s, ok := g.sessions.FromRequest(r); ok && !s.Anonymous() {
+		u := s.UserInfo()
+		return Credential{User: &u}
+	}
+	return Credential{}
+}
+
+// allowed asks auth whether cred may do verb.
+func allowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
+	if cred.User != nil {
+		return auth.CheckUser(ctx, *cred.User, verb)
+	}
+	_, err := auth.Check(ctx, cred.Token, verb)
+	return err
 }
 
 var _ jangarv1.AgentctlServiceServer = (*Gateway)(nil)
@@ -139,11 +204,11 @@ func (g *Gateway) parseHeartbeat(s string) (time.Duration, error) {
 // first status instead of getting an empty snapshot.
 const firstStatusWait = 10 * time.Second
 
-func (g *Gateway) waitReady(ctx context.Context) {
+func waitReady(ctx context.Context, hub *health.Hub) {
 	t := time.NewTimer(firstStatusWait)
 	defer t.Stop()
 	select {
-	case <-g.hub.Ready():
+	case <-hub.Ready():
 	case <-ctx.Done():
 	case <-t.C:
 	}
@@ -151,6 +216,11 @@ func (g *Gateway) waitReady(ctx context.Context) {
 
 // ServeHTTP serves GET /api/agents/control-plane/status/stream.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.serveFeed(w, r, feed{hub: g.hub, auth: g.auth})
+}
+
+// serveFeed serves one SSE stream.
+func (g *Gateway) serveFeed(w http.ResponseWriter, r *http.Request, f feed) {
 	if r.Method != http.MethodGet { // a GET pattern also matches HEAD, which must get no body
 		w.Header().Set("Allow", http.MethodGet)
 		http.Error(w, "the status stream answers GET only", http.StatusMethodNotAllowed)
@@ -180,8 +250,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if since == "" {
 		since = q.Get("since")
 	}
-	token, _ := access.BearerToken(r.Header.Get("Authorization"))
-	if err := g.authorizeHTTP(r.Context(), w, token); err != nil {
+	cred := g.credential(r)
+	if err := g.authorizeHTTP(r.Context(), w, f.auth, cred); err != nil {
 		return
 	}
 	if g.isClosing() {
@@ -194,16 +264,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many status watches; retry later", http.StatusServiceUnavailable)
 		return
 	}
-	if g.serveDetached(w, r, format == "ndjson", hb, since, token) {
+	if g.serveDetached(w, r, f, format == "ndjson", hb, since, cred) {
 		return // the connection is the hub's now; it releases the slot when it closes
 	}
 	defer g.active.Add(-1)
-	g.serveStreaming(w, r, format, hb, since, token)
+	g.serveStreaming(w, r, f, format, hb, since, cred)
 }
 
 // serveStreaming serves a watch from this goroutine until it ends (HTTP/2, or any connection
 // that cannot be taken over).
-func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format string, hb time.Duration, since, token string) {
+func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, f feed, format string, hb time.Duration, since string, cred Credential) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
@@ -223,8 +293,8 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 	h.Set("Retry", fmt.Sprint(retryMillis))
 	w.WriteHeader(http.StatusOK)
 
-	g.waitReady(r.Context())
-	initial, sub := g.hub.Subscribe(since, false)
+	waitReady(r.Context(), f.hub)
+	initial, sub := f.hub.Subscribe(since, false)
 	defer sub.Close()
 	write := func(ev health.Event) error {
 		var b []byte
@@ -250,14 +320,14 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, format 
 	defer heartbeat.Stop()
 	alive := time.NewTicker(g.keepAlive)
 	defer alive.Stop()
-	recheck, stopRecheck := g.recheckTicker()
+	recheck, stopRecheck := g.recheckTicker(f.auth)
 	defer stopRecheck()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-recheck:
-			if err := g.stillAllowed(r.Context(), token, access.VerbWatch); err != nil {
+			if err := g.stillAllowed(r.Context(), f.auth, cred, access.VerbWatch); err != nil {
 				g.metrics.errors.WithLabelValues("sse", "access").Inc()
 				_ = write(health.Event{Type: health.ErrorEv, GeneratedAt: time.Now(), Message: err.Error()})
 				return
@@ -295,7 +365,7 @@ func (g *Gateway) GetControlPlaneStatus(ctx context.Context, req *jangarv1.GetCo
 	if err := g.authorizeGRPC(ctx, access.VerbGet); err != nil {
 		return nil, err
 	}
-	g.waitReady(ctx)
+	waitReady(ctx, g.hub)
 	cur := g.hub.Current()
 	return &jangarv1.ControlPlaneStatus{GeneratedAt: timestamppb.New(cur.GeneratedAt), Items: toProto(cur.Items)}, nil
 }
@@ -327,7 +397,7 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 	defer g.active.Add(-1)
 	g.metrics.active.WithLabelValues("grpc").Inc()
 	defer g.metrics.active.WithLabelValues("grpc").Dec()
-	g.waitReady(stream.Context())
+	waitReady(stream.Context(), g.hub)
 	initial, sub := g.hub.Subscribe(req.GetCursor(), req.GetFollowOnly())
 	defer sub.Close()
 	send := func(ev health.Event) error {
@@ -342,15 +412,15 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 	}
 	t := time.NewTicker(hb)
 	defer t.Stop()
-	recheck, stopRecheck := g.recheckTicker()
+	recheck, stopRecheck := g.recheckTicker(g.auth)
 	defer stopRecheck()
-	token := grpcToken(stream.Context())
+	cred := Credential{Token: grpcToken(stream.Context())}
 	for {
 		select {
 		case <-stream.Context().Done():
 			return nil
 		case <-recheck:
-			if err := g.stillAllowed(stream.Context(), token, access.VerbWatch); err != nil {
+			if err := g.stillAllowed(stream.Context(), g.auth, cred, access.VerbWatch); err != nil {
 				g.metrics.errors.WithLabelValues("grpc", "access").Inc()
 				return grpcAccessError(err)
 			}
@@ -372,11 +442,16 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 }
 
 // authorizeHTTP answers 401, 403 or 503 and returns an error when the request may not proceed.
-func (g *Gateway) authorizeHTTP(ctx context.Context, w http.ResponseWriter, token string) error {
-	if g.auth == nil {
+func (g *Gateway) authorizeHTTP(ctx context.Context, w http.ResponseWriter, auth Authorizer, cred Credential) error {
+	return g.authorizeHTTPVerb(ctx, w, auth, cred, access.VerbWatch)
+}
+
+// authorizeHTTPVerb is authorizeHTTP for any verb.
+func (g *Gateway) authorizeHTTPVerb(ctx context.Context, w http.ResponseWriter, auth Authorizer, cred Credential, verb string) error {
+	if auth == nil {
 		return nil
 	}
-	_, err := g.auth.Check(ctx, token, access.VerbWatch)
+	err := allowed(ctx, auth, cred, verb)
 	if err == nil {
 		return nil
 	}
@@ -406,18 +481,18 @@ func (g *Gateway) authorizeGRPC(ctx context.Context, verb string) error {
 	return nil
 }
 
-// stillAllowed re-checks an open stream's token: a refusal ends the stream, a failed review
+// stillAllowed re-checks an open stream's credential: a refusal ends the stream, a failed review
 // (API server unreachable) does not.
-func (g *Gateway) stillAllowed(ctx context.Context, token, verb string) error {
-	_, err := g.auth.Check(ctx, token, verb)
+func (g *Gateway) stillAllowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
+	err := allowed(ctx, auth, cred, verb)
 	if err != nil && access.KindOf(err) != access.Unavailable {
 		return fmt.Errorf("access ended: %w", err)
 	}
 	return nil
 }
 
-func (g *Gateway) recheckTicker() (<-chan time.Time, func()) {
-	if g.auth == nil || g.recheck <= 0 {
+func (g *Gateway) recheckTicker(auth Authorizer) (<-chan time.Time, func()) {
+	if auth == nil || g.recheck <= 0 {
 		return nil, func() {}
 	}
 	t := time.NewTicker(g.recheck)
@@ -466,4 +541,31 @@ func toProto(items []health.Item) []*jangarv1.ControlPlaneStatusItem {
 		out = append(out, pi)
 	}
 	return out
+}
+
+// AllOf allows what every one of its Authorizers allows (the runs stream: watching AgentRuns
+// and OrchestrationRuns).
+type AllOf []Authorizer
+
+// Check asks each in turn; the first refusal is the answer.
+func (a AllOf) Check(ctx context.Context, token, verb string) (string, error) {
+	user := ""
+	for _, az := range a {
+		u, err := az.Check(ctx, token, verb)
+		if err != nil {
+			return u, err
+		}
+		user = u
+	}
+	return user, nil
+}
+
+// CheckUser asks each in turn; the first refusal is the answer.
+func (a AllOf) CheckUser(ctx context.Context, u authnv1.UserInfo, verb string) error {
+	for _, az := range a {
+		if err := az.CheckUser(ctx, u, verb); err != nil {
+			return err
+		}
+	}
+	return nil
 }

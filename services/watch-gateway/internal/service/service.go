@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/health"
@@ -23,7 +25,11 @@ import (
 	"github.com/agentplane/agentplane/libs/redisx"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/console"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/gateway"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/history"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/runs"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/session"
 )
 
 // Config is watch-gateway's own configuration.
@@ -42,6 +48,15 @@ type Config struct {
 	AuthAudiences []string
 	AuthRecheck   time.Duration
 	TLS           access.TLSFiles
+	// The web console and the runs stream (package console).
+	Console        bool
+	ConsoleCancel  bool
+	SessionKeyFile string
+	SessionTTL     time.Duration
+	RunsBatch      time.Duration
+	// The status history in Redis (package history).
+	HistoryRetention  time.Duration
+	HistoryMaxEntries int
 }
 
 // LoadConfig reads JANGAR_HTTP_ADDR and JANGAR_WATCH_*.
@@ -62,6 +77,13 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 			KeyFile:      env.String("JANGAR_WATCH_TLS_KEY_FILE", ""),
 			ClientCAFile: env.String("JANGAR_WATCH_TLS_CLIENT_CA_FILE", ""),
 		},
+		Console:           env.Bool("JANGAR_CONSOLE_ENABLED", true),
+		ConsoleCancel:     env.Bool("JANGAR_CONSOLE_CANCEL_ENABLED", true),
+		SessionKeyFile:    env.String("JANGAR_CONSOLE_SESSION_KEY_FILE", ""),
+		SessionTTL:        env.Duration("JANGAR_CONSOLE_SESSION_TTL", 8*time.Hour),
+		RunsBatch:         env.Duration("JANGAR_WATCH_RUNS_BATCH", 100*time.Millisecond),
+		HistoryRetention:  env.Duration("JANGAR_WATCH_HISTORY_RETENTION", 24*time.Hour),
+		HistoryMaxEntries: env.Int("JANGAR_WATCH_HISTORY_MAX_ENTRIES", 50000),
 	}
 	mode, err := access.ParseMode(env.String("JANGAR_WATCH_AUTH_MODE", "none"))
 	if err != nil {
@@ -90,6 +112,18 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	}
 	if c.Heartbeat < time.Second || c.Heartbeat > 5*time.Minute {
 		return c, fmt.Errorf("JANGAR_WATCH_HEARTBEAT %s must be between 1s and 5m", c.Heartbeat)
+	}
+	if c.SessionTTL < time.Minute || c.SessionTTL > 7*24*time.Hour {
+		return c, fmt.Errorf("JANGAR_CONSOLE_SESSION_TTL %s must be between 1m and 168h", c.SessionTTL)
+	}
+	if c.RunsBatch < 10*time.Millisecond || c.RunsBatch > 10*time.Second {
+		return c, fmt.Errorf("JANGAR_WATCH_RUNS_BATCH %s must be between 10ms and 10s", c.RunsBatch)
+	}
+	if c.HistoryRetention < time.Minute || c.HistoryRetention > 90*24*time.Hour {
+		return c, fmt.Errorf("JANGAR_WATCH_HISTORY_RETENTION %s must be between 1m and 2160h (90 days)", c.HistoryRetention)
+	}
+	if c.HistoryMaxEntries < 100 || c.HistoryMaxEntries > 10_000_000 {
+		return c, fmt.Errorf("JANGAR_WATCH_HISTORY_MAX_ENTRIES %d must be between 100 and 10000000", c.HistoryMaxEntries)
 	}
 	if err := access.ListenCheck(c.AuthMode, "JANGAR_HTTP_ADDR", c.HTTPAddr); err != nil {
 		return c, err
@@ -137,10 +171,11 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	collector := health.NewCollector(kc, dyn, hub, opts)
 	m := gateway.NewMetrics(rt.Registry)
 	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, m)
+	reviewOpts := access.ReviewerOptions{Audiences: c.AuthAudiences, OnReview: func(kind string) { m.Reviews.WithLabelValues(kind).Inc() }}
+	var statusReviewer *access.Reviewer
 	if c.AuthMode == access.Token {
-		gw.RequireToken(access.NewReviewer(kc, c.Namespace, access.ReviewerOptions{
-			Audiences: c.AuthAudiences, OnReview: func(kind string) { m.Reviews.WithLabelValues(kind).Inc() },
-		}), c.AuthRecheck)
+		statusReviewer = access.NewReviewer(kc, c.Namespace, reviewOpts)
+		gw.RequireToken(statusReviewer, c.AuthRecheck)
 	}
 	tlsCfg, err := access.ServerConfig(c.AuthMode, c.TLS)
 	if err != nil {
@@ -157,6 +192,17 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	// A span per stream request covers its admission: parameters, access, the first events (a
 	// watch over HTTP/1.1 then leaves the handler; its deltas are counted in metrics, not spans).
 	mux.Handle("GET "+gateway.StreamPath, otelhttp.NewHandler(gw, "GET "+gateway.StreamPath))
+	if rdb != nil {
+		store := history.New(rdb, c.Namespace, history.Options{Retention: c.HistoryRetention, MaxEntries: int64(c.HistoryMaxEntries), Registerer: rt.Registry})
+		gw.KeepHistory(store)
+		rt.Go("status history", func(ctx context.Context) error { return store.Follow(ctx, hub) })
+	}
+	mux.Handle("GET "+gateway.HistoryPath, otelhttp.NewHandler(gw.HistoryHandler(), "GET "+gateway.HistoryPath))
+	if c.Console {
+		if err := setupConsole(rt, c, clients, gw, mux, statusReviewer, reviewOpts); err != nil {
+			return err
+		}
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", c.HTTPAddr)
@@ -187,4 +233,68 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	}
 	rt.Logger.Info("status stream", "sse", scheme+"://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace, "auth", string(c.AuthMode))
 	return nil
+}
+
+// setupConsole serves the runs stream and the web console.
+func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.Gateway, mux *http.ServeMux,
+	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions) error {
+	keys := session.Random(c.SessionTTL)
+	if c.SessionKeyFile != "" {
+		var err error
+		if keys, err = session.FromFile(c.SessionKeyFile, c.SessionTTL); err != nil {
+			return fmt.Errorf("JANGAR_CONSOLE_SESSION_KEY_FILE: %w", err)
+		}
+	} else if c.AuthMode == access.Token {
+		rt.Logger.Warn("console sessions are signed with a key drawn at start: they end with this process and other replicas refuse them; set JANGAR_CONSOLE_SESSION_KEY_FILE")
+	}
+	runsHub := health.NewHub(c.Window, 256)
+	src, err := runs.New(clients.Config, c.Namespace, runsHub, c.RunsBatch)
+	if err != nil {
+		return err
+	}
+	rt.Go("runs stream", src.Run)
+	agents, err := kube.RESTClientFor(clients.Config, agentsv1alpha1.GroupVersion)
+	if err != nil {
+		return err
+	}
+	orch, err := kube.RESTClientFor(clients.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		return err
+	}
+	kinds := map[string]gateway.Authorizer{
+		runs.KindAgentRun:         access.NewResourceReviewer(clients.Kube, c.Namespace, agentsv1alpha1.GroupVersion.Group, "agentruns", reviewOpts),
+		runs.KindOrchestrationRun: access.NewResourceReviewer(clients.Kube, c.Namespace, orchv1alpha1.GroupVersion.Group, "orchestrationruns", reviewOpts),
+	}
+	var runsAuth gateway.Authorizer
+	if c.AuthMode == access.Token {
+		runsAuth = gateway.AllOf{kinds[runs.KindAgentRun], kinds[runs.KindOrchestrationRun]}
+	}
+	gw.ServeRuns(runsHub, runsAuth)
+	gw.AcceptSessions(keys)
+	cancels := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_console_cancels_total",
+		Help: "Cancels asked through the web console, by run kind and outcome (cancelled, refused, not_found, error)."}, []string{"kind", "outcome"})
+	rt.Registry.MustRegister(cancels)
+	con := &console.Console{Mode: c.AuthMode, Namespace: c.Namespace, Sessions: keys, Kinds: kinds, Runs: src,
+		Kube: clients.Kube, Agents: agents, Orch: orch, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention,
+		CancelDisabled: !c.ConsoleCancel, OnCancel: func(kind, outcome string) { cancels.WithLabelValues(kind, outcome).Inc() }}
+	if statusReviewer != nil {
+		con.Status = statusReviewer
+	}
+	mux.Handle("GET "+gateway.RunsStreamPath, otelhttp.NewHandler(gw.RunsHandler(), "GET "+gateway.RunsStreamPath))
+	h := con.Handler()
+	mux.Handle("/", otelhttp.NewHandler(h, "console", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return r.Method + " " + consoleRoute(r.URL.Path)
+	})))
+	return nil
+}
+
+// consoleRoute names a console request's span without the run's name.
+func consoleRoute(p string) string {
+	if strings.HasPrefix(p, "/console/api/runs/") {
+		if strings.HasSuffix(p, "/cancel") {
+			return "/console/api/runs/{kind}/{name}/cancel"
+		}
+		return "/console/api/runs/{kind}/{name}"
+	}
+	return p
 }
