@@ -280,6 +280,28 @@ func isStatusViewerRole(o manifest) bool {
 		slices.Equal(o.Rules[0].Resources, []string{"controlplane/status"}) && slices.Equal(o.Rules[0].Verbs, []string{"get", "watch"})
 }
 
+// isConsoleUserRole tells watch-gateway's console-viewer and console-operator Roles, rendered for
+// operators to bind to the console's users: the status, and reading (and for the operator
+// patching) AgentRuns and OrchestrationRuns, nothing else.
+func isConsoleUserRole(o manifest) bool {
+	if o.Kind != "Role" || !(strings.HasSuffix(o.Metadata.Name, "-console-viewer") || strings.HasSuffix(o.Metadata.Name, "-console-operator")) {
+		return false
+	}
+	for _, r := range o.Rules {
+		for _, res := range r.Resources {
+			if res != "controlplane/status" && res != "agentruns" && res != "orchestrationruns" {
+				return false
+			}
+		}
+		for _, v := range r.Verbs {
+			if !slices.Contains([]string{"get", "list", "watch", "patch"}, v) {
+				return false
+			}
+		}
+	}
+	return len(o.Rules) > 0
+}
+
 // isClusterReader tells watch-gateway's ClusterRole, which may only read the agentplane CRDs and
 // the watched namespaces by name (plus TokenReviews when auth.mode=token).
 func isClusterReader(o manifest) bool {
@@ -527,8 +549,8 @@ func TestCharts(t *testing.T) {
 					t.Error("rbac.clusterScoped=true rendered no ClusterRoleBinding")
 				}
 				for _, o := range ofKind(objs, "Role") {
-					if !isLeaderElectionRole(o) && !isStatusViewerRole(o) {
-						t.Errorf("%s: with rbac.clusterScoped=true only the leader-election Role (and watch-gateway's status-viewer Role for others to bind) stays", o)
+					if !isLeaderElectionRole(o) && !isStatusViewerRole(o) && !isConsoleUserRole(o) {
+						t.Errorf("%s: with rbac.clusterScoped=true only the leader-election Role (and watch-gateway's status-viewer and console Roles for others to bind) stays", o)
 					}
 				}
 				checkBindings(t, objs)
