@@ -207,9 +207,11 @@ func artifactsDir(t testing.TB, name string) string {
 	return filepath.Join(base, name)
 }
 
-// consoleOffset moves the console test's stack off the others' ports (benchmarks use it too,
-// never at the same time).
-const consoleOffset = 2000
+// consoleOffset moves the console test's stack off the others' ports: none of its ports is one of
+// the whole-system stack's (offset 6000, which runs beside it; 2000 would put Redis on that
+// stack's etcd port) or of the stacks at 1000 and 3000, and its gRPC ports are in the range
+// .ci/run reserves. The scale benchmark uses it too, never at the same time.
+const consoleOffset = 4000
 
 // consoleStack is a local control plane for the console tests, with watch-gateway as `make up`
 // runs it (auth none) and a second one in token mode, as the chart runs it by default.
@@ -587,4 +589,20 @@ spec:
 	b.await("the error banner", `!document.getElementById("banner").hidden && document.getElementById("banner-text").textContent.includes("cancel-propagator")`, minute)
 	b.await("cancel-propagator in error", `document.querySelector('#components tr[data-component="cancel-propagator"] .status-cell').textContent === "error"`, minute)
 	b.shot("health-error")
+
+	// No token in the gateways' logs (they name users, never credentials).
+	for _, f := range []string{filepath.Join(s.dir, "token-gateway.log"), filepath.Join(s.dir, "logs", "watch-gateway.log")} {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, tok := range map[string]string{"operator": operator, "reader": reader} {
+			if strings.Contains(string(raw), tok) || strings.Contains(string(raw), strings.Split(tok, ".")[2]) {
+				t.Fatalf("%s holds the %s's token", f, name)
+			}
+		}
+		if f == filepath.Join(s.dir, "token-gateway.log") && !strings.Contains(string(raw), "console sign-in") {
+			t.Fatalf("%s does not log the sign-ins:\n%s", f, raw)
+		}
+	}
 }
