@@ -84,7 +84,7 @@ help: ## Show this help.
 ##@ Tools
 
 .PHONY: deps
-deps: ## Install the Debian packages the tests and the local stack need (redis-server, openssl).
+deps: ## Install the Debian packages the tests and the local stack need (redis-server, openssl, gcc, jq, chromium for the console test; hack/deps.sh).
 	@hack/deps.sh
 
 .PHONY: tools
