@@ -50,6 +50,8 @@
     const d = new Date(iso);
     return isNaN(d) ? "" : d.toLocaleString();
   }
+  // since is a <time> that says how long ago iso was, kept current by the page's one-second tick.
+  function since(iso) { return el("time", { class: "ago", datetime: iso || "", text: ago(iso) }); }
   function ago(iso) {
     if (!iso) return "";
     const s = Math.max(0, Math.round((Date.now() - new Date(iso).getTime()) / 1000));
@@ -294,6 +296,7 @@
       const it = state.runs.get(state.runKey);
       const dd = document.querySelector("#run-facts dd[data-fact=duration]");
       if (it && dd) setText(dd, duration(it.details));
+      for (const t of document.querySelectorAll("#view-run time.ago")) setText(t, ago(t.getAttribute("datetime")));
     }
   }, 1000);
 
@@ -381,11 +384,11 @@
     if (key !== state.runKey) return;
     state.detail = d;
     fillTable($("run-conditions"), d.conditions, (c) => [c.type, el("span", { class: "status " + (c.status === "True" ? "status-healthy" : c.status === "False" ? "status-error" : "status-unknown"), text: c.status }),
-      c.reason || "", c.message || "", ago(c.last_transition_time)]);
+      c.reason || "", c.message || "", since(c.last_transition_time)]);
     $("run-jobs-box").hidden = d.kind !== "AgentRun";
     fillTable($("run-jobs"), d.jobs, (j) => [j.name + (j.deleting ? " (being deleted)" : ""), String(j.active), String(j.succeeded), String(j.failed),
       when(j.start), when(j.completion), (j.conditions || []).map((c) => c.type + (c.reason ? " (" + c.reason + ")" : "")).join(", ")]);
-    fillTable($("run-events"), d.events, (e) => [el("span", { class: e.type === "Warning" ? "error" : "", text: e.type }), e.reason, e.message, String(e.count), ago(e.last), e.reporter || ""]);
+    fillTable($("run-events"), d.events, (e) => [el("span", { class: e.type === "Warning" ? "error" : "", text: e.type }), e.reason, e.message, String(e.count), since(e.last), e.reporter || ""]);
     const probs = $("run-problems");
     probs.hidden = !(d.problems && d.problems.length);
     setText(probs, (d.problems || []).join(" "));
