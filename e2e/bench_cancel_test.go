@@ -33,7 +33,7 @@ const cancelBenchOffset = 5000
 func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	const n = 100
 	ctx := context.Background()
-	_, cfg := benchStack(b, cancelBenchOffset, 1000)
+	_, cfg := localStack(b, cancelBenchOffset, 1000)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	create := func(gvr schema.GroupVersionResource, obj map[string]any) {

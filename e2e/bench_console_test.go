@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -71,40 +69,15 @@ func scriptSeconds(ctx context.Context, b *testing.B) float64 {
 //	cd e2e && go test -tags e2e -count=1 -run '^$' -bench ConsoleRuns -benchtime 1x .
 func BenchmarkConsoleRuns(b *testing.B) {
 	ctx := context.Background()
-	dir, cfg := benchStack(b, consoleOffset, 500, "AGENTPLANE_CONTROL_PLANE_ONLY=1")
+	dir, cfg := localStack(b, consoleOffset, 500, "AGENTPLANE_CONTROL_PLANE_ONLY=1")
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	const ns = "console-bench"
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	httpPort, err := testenv.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	grpcPort, err := testenv.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(repoRoot(b), "bin", "watch-gateway"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "kubeconfig"), "POD_NAMESPACE="+ns, "JANGAR_AGENTS_CONTROLLER_NAMESPACES="+ns,
-		fmt.Sprintf("JANGAR_HTTP_ADDR=127.0.0.1:%d", httpPort), fmt.Sprintf("JANGAR_GRPC_PORT=%d", grpcPort), "JANGAR_METRICS_ADDR=127.0.0.1:0",
-		"JANGAR_LOG_LEVEL=warn")
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	httpPort, _ := startGatewayProcess(b, filepath.Join(dir, "kubeconfig"), ns, filepath.Join(dir, "console-gateway.log"), "JANGAR_LOG_LEVEL=warn")
 	url := fmt.Sprintf("http://localhost:%d/#/runs", httpPort)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := httpGet(url); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the gateway never answered")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 	bctx, stop := newBrowser(b, "")
 	defer stop()
 

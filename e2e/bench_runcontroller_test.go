@@ -40,7 +40,7 @@ const benchOffset = 2000
 func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	const runs = 1000
 	ctx := context.Background()
-	_, cfg := benchStack(b, benchOffset, 2000)
+	_, cfg := localStack(b, benchOffset, 2000)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	if _, err := kc.CoreV1().Pods("agents").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
@@ -150,11 +150,11 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 		d("create")+d("update")+d("patch")+d("delete"), d("status"), d("events"), d("get"))
 }
 
-// benchStack starts a local control plane (`make up`, every port moved by offset) for a
-// benchmark, stopped when it ends, and returns its state folder and a client config allowed qps
-// requests a second (burst twice that). extraEnv (NAME=value) reaches every process `make up`
-// starts, the services included.
-func benchStack(b *testing.B, offset int, qps float32, extraEnv ...string) (string, *rest.Config) {
+// localStack starts a local control plane (`make up`, every port moved by offset) for a
+// benchmark or a test, stopped when it ends, and returns its state folder and a client config
+// allowed qps requests a second (burst twice that). extraEnv (NAME=value) reaches every process
+// `make up` starts, the services included.
+func localStack(b testing.TB, offset int, qps float32, extraEnv ...string) (string, *rest.Config) {
 	b.Helper()
 	ctx := context.Background()
 	root, dir := repoRoot(b), b.TempDir()

@@ -77,7 +77,7 @@ func BenchmarkScaleRuns(b *testing.B) {
 	if v := os.Getenv("AGENTPLANE_BENCH_SCALE_JOB_TTL"); v != "" {
 		jobTTL = v
 	}
-	dir, cfg := benchStack(b, scaleOffset, 2000, "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS="+jobTTL)
+	dir, cfg := localStack(b, scaleOffset, 2000, "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS="+jobTTL)
 	// This benchmark's own API requests (creates, the final lists, reading /metrics), subtracted
 	// from the server's counts.
 	var ownReads, ownWrites atomic.Int64

@@ -228,15 +228,7 @@ func startConsoleStack(t *testing.T) consoleStack {
 	t.Helper()
 	root := repoRoot(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	env := []string{fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", consoleOffset)}
-	makeLocal := func(target string) (string, error) {
-		return run(ctx, t, env, "make", "-C", root, "-s", target, "LOCAL_DIR="+dir)
-	}
-	t.Cleanup(func() { _, _ = makeLocal("down") })
-	if out, err := makeLocal("up"); err != nil {
-		t.Fatalf("make up: %v\n%s", err, out)
-	}
+	dir, _ := localStack(t, consoleOffset, 100)
 	s := consoleStack{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig")}
 	kubectlBin := mustExist(t, filepath.Join(root, "bin", "envtest", "kubectl"), "tools")
 	s.kubectl = func(args ...string) (string, error) {
@@ -258,14 +250,6 @@ func startConsoleStack(t *testing.T) consoleStack {
 
 	// The token-mode gateway: sessions signed with a key from a file (as the chart mounts it), the
 	// status history in the stack's Redis, the same services to follow.
-	grpcPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	keyFile := filepath.Join(t.TempDir(), "session-key")
@@ -276,28 +260,48 @@ func startConsoleStack(t *testing.T) consoleStack {
 	for _, svc := range services {
 		targets = append(targets, fmt.Sprintf("%s=127.0.0.1:%d", svc, servicePorts[svc][0]+consoleOffset))
 	}
-	cmd := exec.Command(binPath(t, "watch-gateway"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig, "POD_NAMESPACE=agents", "JANGAR_AGENTS_CONTROLLER_NAMESPACES=agents",
-		"JANGAR_WATCH_AUTH_MODE=token", "JANGAR_GRPC_HOST=127.0.0.1", fmt.Sprintf("JANGAR_GRPC_PORT=%d", grpcPort),
-		fmt.Sprintf("JANGAR_HTTP_ADDR=127.0.0.1:%d", httpPort), "JANGAR_METRICS_ADDR=127.0.0.1:0",
-		fmt.Sprintf("JANGAR_REDIS_URL=redis://127.0.0.1:%d/0", 16379+consoleOffset), "JANGAR_CONSOLE_SESSION_KEY_FILE="+keyFile,
-		"JANGAR_WATCH_TARGETS="+strings.Join(targets, ","), "JANGAR_LOG_FORMAT=text")
-	logFile, err := os.Create(filepath.Join(dir, "token-gateway.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logFile.Close() })
+	httpPort, grpcPort := startGatewayProcess(t, s.kubeconfig, "agents", filepath.Join(dir, "token-gateway.log"),
+		"JANGAR_WATCH_AUTH_MODE=token", fmt.Sprintf("JANGAR_REDIS_URL=redis://127.0.0.1:%d/0", 16379+consoleOffset),
+		"JANGAR_CONSOLE_SESSION_KEY_FILE="+keyFile, "JANGAR_WATCH_TARGETS="+strings.Join(targets, ","), "JANGAR_LOG_FORMAT=text")
 	s.tokenURL = fmt.Sprintf("http://localhost:%d/", httpPort)
 	s.tokenGRPC = fmt.Sprintf("127.0.0.1:%d", grpcPort)
-	eventually(t, 60*time.Second, "the token-mode gateway serves", func() error {
-		_, err := httpGet(s.tokenURL)
-		return err
-	})
 	return s
+}
+
+// startGatewayProcess runs bin/watch-gateway against kubeconfig for namespace, on free loopback
+// ports, with env added (NAME=value), until the test ends; its output goes to logFile. It returns
+// the HTTP and gRPC ports once the HTTP server answers.
+func startGatewayProcess(tb testing.TB, kubeconfig, namespace, logFile string, env ...string) (httpPort, grpcPort int) {
+	tb.Helper()
+	var err error
+	if grpcPort, err = testenv.FreePort(); err != nil {
+		tb.Fatal(err)
+	}
+	if httpPort, err = testenv.FreePort(); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(repoRoot(tb), "bin", "watch-gateway"))
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE="+namespace, "JANGAR_AGENTS_CONTROLLER_NAMESPACES="+namespace,
+		"JANGAR_GRPC_HOST=127.0.0.1", fmt.Sprintf("JANGAR_GRPC_PORT=%d", grpcPort), fmt.Sprintf("JANGAR_HTTP_ADDR=127.0.0.1:%d", httpPort),
+		"JANGAR_METRICS_ADDR=127.0.0.1:0"), env...)
+	out, err := os.Create(logFile) //nolint:gosec // G304: a test's own folder
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = out.Close() })
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/", httpPort)); err == nil {
+			return httpPort, grpcPort
+		}
+		if time.Now().After(deadline) {
+			raw, _ := os.ReadFile(logFile) //nolint:gosec // G304: a test's own folder
+			tb.Fatalf("watch-gateway never answered on 127.0.0.1:%d:\n%s", httpPort, raw)
+		}
+	}
 }
 
 // token creates the ServiceAccount agents/name, binds it to the watch-gateway chart's Role

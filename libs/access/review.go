@@ -214,14 +214,7 @@ func (r *Reviewer) CheckUser(ctx context.Context, u authnv1.UserInfo, verb strin
 	}
 	id := "user\x00" + u.Username + "\x00" + u.UID + "\x00" + strings.Join(u.Groups, "\x00")
 	_, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(id)), verb: verb}, func() (authnv1.UserInfo, error) {
-		if r.authorize == nil {
-			return u, nil
-		}
-		err := r.authorize(ctx, u, verb)
-		if err != nil && KindOf(err) == 0 {
-			err = &Error{Kind: Forbidden, Msg: err.Error()}
-		}
-		return u, err
+		return u, r.authorizeUser(ctx, u, verb)
 	})
 	return err
 }
@@ -287,16 +280,23 @@ func unavailable(what string, err error) error {
 
 func (r *Reviewer) review(ctx context.Context, token, verb string) (authnv1.UserInfo, error) {
 	u, err := r.authenticate(ctx, token)
-	if err != nil || r.authorize == nil {
+	if err != nil {
 		return u, err
 	}
-	if err := r.authorize(ctx, u, verb); err != nil {
-		if KindOf(err) == 0 {
-			err = &Error{Kind: Forbidden, Msg: err.Error()}
-		}
-		return u, err
+	return u, r.authorizeUser(ctx, u, verb)
+}
+
+// authorizeUser applies the Reviewer's rule (none: any user may); a refusal that is not already
+// an *Error is Forbidden.
+func (r *Reviewer) authorizeUser(ctx context.Context, u authnv1.UserInfo, verb string) error {
+	if r.authorize == nil {
+		return nil
 	}
-	return u, nil
+	err := r.authorize(ctx, u, verb)
+	if err != nil && KindOf(err) == 0 {
+		err = &Error{Kind: Forbidden, Msg: err.Error()}
+	}
+	return err
 }
 
 // authenticate sends the TokenReview.

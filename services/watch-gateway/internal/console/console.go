@@ -353,27 +353,27 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c.reply(s, true))
 }
 
-// checkChange refuses a change request from another site or without the session's CSRF token;
-// it returns the session.
-func (c *Console) checkChange(w http.ResponseWriter, r *http.Request) (session.Session, bool) {
+// checkChange refuses (and answers) a change request from another site or without the session's
+// CSRF token; it reports whether the request may go on.
+func (c *Console) checkChange(w http.ResponseWriter, r *http.Request) bool {
 	if err := sameOrigin(r); err != nil {
 		fail(w, http.StatusForbidden, err.Error())
-		return session.Session{}, false
+		return false
 	}
 	s, ok := c.Sessions.FromRequest(r)
 	if !ok {
 		fail(w, http.StatusForbidden, "refused: no session (reload the page)")
-		return session.Session{}, false
+		return false
 	}
 	if !c.Sessions.CheckCSRF(s, r.Header.Get(CSRFHeader)) {
 		fail(w, http.StatusForbidden, "refused: the request does not carry this session's CSRF token")
-		return session.Session{}, false
+		return false
 	}
-	return s, true
+	return true
 }
 
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
-	if _, ok := c.checkChange(w, r); !ok {
+	if !c.checkChange(w, r) {
 		return
 	}
 	http.SetCookie(w, c.Sessions.Clear())
@@ -615,7 +615,7 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	if _, ok := c.checkChange(w, r); !ok {
+	if !c.checkChange(w, r) {
 		c.count(kind, "refused")
 		return
 	}

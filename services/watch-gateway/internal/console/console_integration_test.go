@@ -68,8 +68,16 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	t.Cleanup(cancel)
 	hub := health.NewHub(64, 64)
 	hub.Update([]health.Item{{Component: "kube-apiserver", Status: health.Healthy}})
+	agents, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orch, err := kube.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
 	runsHub := health.NewHub(64, 256)
-	src, err := runs.New(env.Config, ns, runsHub, 20*time.Millisecond)
+	src, err := runs.New(agents, orch, ns, runsHub, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +99,6 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	}
 	gw.ServeRuns(runsHub, runsAuth)
 	gw.AcceptSessions(keys)
-	agents, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orch, err := kube.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
 	con := &Console{Mode: mode, Namespace: ns, Sessions: keys, Kinds: kinds, Runs: src, Kube: env.Client, Agents: agents, Orch: orch}
 	if status != nil {
 		con.Status = status

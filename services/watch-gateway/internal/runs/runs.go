@@ -54,16 +54,9 @@ type Source struct {
 	timer   *time.Timer
 }
 
-// New watches namespace through cfg; changes are gathered for batch before each delta.
-func New(cfg *rest.Config, namespace string, hub *health.Hub, batch time.Duration) (*Source, error) {
-	agents, err := kube.RESTClientFor(cfg, agentsv1alpha1.GroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	orch, err := kube.RESTClientFor(cfg, orchv1alpha1.GroupVersion)
-	if err != nil {
-		return nil, err
-	}
+// New watches namespace through the REST clients of the two API groups (kube.RESTClientFor);
+// changes are gathered for batch before each delta.
+func New(agents, orch *rest.RESTClient, namespace string, hub *health.Hub, batch time.Duration) (*Source, error) {
 	s := &Source{hub: hub, namespace: namespace, batch: batch, pending: map[string]struct{}{},
 		agentRuns: kube.NewInformer(agents, "agentruns", namespace, &agentsv1alpha1.AgentRun{}, nil),
 		orchRuns:  kube.NewInformer(orch, "orchestrationruns", namespace, &orchv1alpha1.OrchestrationRun{}, nil),

@@ -247,12 +247,6 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 	} else if c.AuthMode == access.Token {
 		rt.Logger.Warn("console sessions are signed with a key drawn at start: they end with this process and other replicas refuse them; set JANGAR_CONSOLE_SESSION_KEY_FILE")
 	}
-	runsHub := health.NewHub(c.Window, 256)
-	src, err := runs.New(clients.Config, c.Namespace, runsHub, c.RunsBatch)
-	if err != nil {
-		return err
-	}
-	rt.Go("runs stream", src.Run)
 	agents, err := kube.RESTClientFor(clients.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		return err
@@ -261,6 +255,12 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 	if err != nil {
 		return err
 	}
+	runsHub := health.NewHub(c.Window, 256)
+	src, err := runs.New(agents, orch, c.Namespace, runsHub, c.RunsBatch)
+	if err != nil {
+		return err
+	}
+	rt.Go("runs stream", src.Run)
 	kinds := map[string]gateway.Authorizer{
 		runs.KindAgentRun:         access.NewResourceReviewer(clients.Kube, c.Namespace, agentsv1alpha1.GroupVersion.Group, "agentruns", reviewOpts),
 		runs.KindOrchestrationRun: access.NewResourceReviewer(clients.Kube, c.Namespace, orchv1alpha1.GroupVersion.Group, "orchestrationruns", reviewOpts),

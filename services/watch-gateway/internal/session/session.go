@@ -87,9 +87,6 @@ func FromFile(path string, ttl time.Duration) (*Keys, error) {
 	return New([]byte(strings.TrimRight(string(raw), " \t\r\n")), ttl)
 }
 
-// TTL is how long a new session lasts.
-func (k *Keys) TTL() time.Duration { return k.ttl }
-
 // Start makes a session for user (nil: anonymous).
 func (k *Keys) Start(user *authnv1.UserInfo) Session {
 	b := make([]byte, 16)
