@@ -27,6 +27,7 @@ BUF_VERSION                ?= v1.75.0
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 JAEGER_VERSION             ?= v1.76.0
+CRICTL_VERSION             ?= v1.37.0
 GOLANGCI_LINT_VERSION      ?= v2.15.0
 GOVULNCHECK_VERSION        ?= v1.9.0
 # The Go vulnerability database as the golang.org/x/vulndb module holds it (its OSV reports), at a
@@ -39,6 +40,9 @@ KUBE_APISERVER     := $(KUBE_DIR)/kube-apiserver
 KUBE_CM            := $(KUBE_DIR)/kube-controller-manager
 KUBE_SCHEDULER     := $(KUBE_DIR)/kube-scheduler
 KUBECTL            := $(KUBE_DIR)/kubectl
+# The real node of `make cluster-up` (built from the same module, only for it).
+KUBELET            := $(KUBE_DIR)/kubelet
+KUBE_PROXY         := $(KUBE_DIR)/kube-proxy
 ETCD               := $(TOOLS)/etcd/$(ETCD_VERSION)/etcd
 KWOK_DIR           := $(TOOLS)/kwok/$(KWOK_VERSION)
 KWOK               := $(KWOK_DIR)/kwok
@@ -50,6 +54,13 @@ BUF                := $(TOOLS)/buf/$(BUF_VERSION)/buf
 PROTOC_GEN_GO      := $(TOOLS)/protoc-gen-go/$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(TOOLS)/protoc-gen-go-grpc/$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
 JAEGER             := $(TOOLS)/jaeger/$(JAEGER_VERSION)/jaeger
+# make cluster-up's pieces: CoreDNS and the registry are pinned in their tools modules' go.mod.
+COREDNS_VERSION    := $(shell awk '/^require github.com\/coredns\/coredns /{print $$3}' hack/tools/coredns/go.mod)
+REGISTRY_VERSION   := $(shell awk '/^require github.com\/distribution\/distribution\/v3 /{print $$3}' hack/tools/registry/go.mod)
+COREDNS            := $(TOOLS)/coredns/$(COREDNS_VERSION)/coredns
+REGISTRY_BIN       := $(TOOLS)/registry/$(REGISTRY_VERSION)/registry
+CRICTL             := $(TOOLS)/crictl/$(CRICTL_VERSION)/crictl
+PAUSE              := $(BIN)/cluster/pause
 # golangci-lint must be built by a Go at least as new as the one whose packages it loads.
 GOLANGCI_LINT      := $(TOOLS)/golangci-lint/$(GOLANGCI_LINT_VERSION)-$(GOTOOLCHAIN)/golangci-lint
 GOVULNCHECK        := $(TOOLS)/govulncheck/$(GOVULNCHECK_VERSION)/govulncheck
@@ -67,10 +78,12 @@ SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator 
 MODULES  := libs proto e2e $(addprefix services/,$(SERVICES))
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/agentplane/agentplane/libs/app.Version=$(VERSION)
-# make images: the tag (the charts' appVersion by default, which is what they deploy) and an
-# optional registry prefix.
-IMAGE_TAG      ?= $(shell awk '/^appVersion:/{gsub(/"/,"",$$2); print $$2}' charts/status-writer/Chart.yaml)
+# make images / make push: images are tagged with the commit (IMAGE_TAG), and the charts packaged
+# with it as their appVersion (what they deploy) and a chart version naming it (CHART_VERSION:
+# the tree's version, a pre-release of it per commit). Set both for a release.
+IMAGE_TAG      ?= $(VERSION)
 IMAGE_REGISTRY ?=
+CHART_VERSION  ?= $(shell awk '/^version:/{print $$2; exit}' charts/agentplane/Chart.yaml)-g$(IMAGE_TAG)
 
 # Where the local control plane keeps its state (kubeconfig, logs, pids, etcd data).
 LOCAL_DIR ?= $(ROOT)/.local
@@ -84,11 +97,25 @@ help: ## Show this help.
 ##@ Tools
 
 .PHONY: deps
-deps: ## Install the Debian packages the tests and the local stack need (redis-server, openssl, gcc, jq, chromium for the console test; hack/deps.sh).
-	@hack/deps.sh
+deps: ## Install the Debian packages the tests need (what make up and make cluster-up need, and gcc, jq, chromium for the console test; hack/deps.sh).
+	@hack/deps.sh test
+
+.PHONY: deps-up
+deps-up: ## Install the Debian packages make up needs (redis-server, openssl, curl, ca-certificates).
+	@hack/deps.sh up
+
+.PHONY: deps-cluster
+deps-cluster: ## Install the Debian packages make cluster-up needs (make up's, the CNI plugins, iptables, ipset, conntrack).
+	@hack/deps.sh cluster
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) $(CONTROLLER_GEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
+tools: tools-up $(CONTROLLER_GEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
+
+.PHONY: tools-up
+tools-up: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) ## Build only the tools make up runs (etcd, the Kubernetes control plane, kubectl, kwok).
+
+.PHONY: tools-cluster
+tools-cluster: tools-up $(KUBELET) $(KUBE_PROXY) $(CRICTL) $(COREDNS) $(REGISTRY_BIN) $(PAUSE) $(HELM) ## Build what make cluster-up adds: kubelet, kube-proxy, crictl, CoreDNS, the registry, the pause binary (and helm, to install).
 
 .PHONY: tools-jaeger
 tools-jaeger: $(JAEGER) ## Build Jaeger (all-in-one, OTLP on 4317/4318, UI on 16686) for local tracing.
@@ -100,6 +127,27 @@ $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) &: hack/tools/kube/go.
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 	@touch $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL)
+
+# The node's two commands: built only for make cluster-up, on the same module (and build cache).
+$(KUBELET) $(KUBE_PROXY) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	@echo ">> building Kubernetes $(KUBE_VERSION) (kubelet, kube-proxy)"
+	cd hack/tools/kube && GOWORK=off go build -trimpath -ldflags '-s -w $(KUBE_VERSION_LDFLAGS)' -o $(KUBE_DIR)/ \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+	@touch $(KUBELET) $(KUBE_PROXY)
+
+$(COREDNS): hack/tools/coredns/go.mod hack/tools/coredns/go.sum hack/tools/coredns/main.go
+	@echo ">> building CoreDNS $(COREDNS_VERSION)"
+	cd hack/tools/coredns && GOWORK=off go build -trimpath -ldflags '-s -w' -o $@ .
+
+$(REGISTRY_BIN): hack/tools/registry/go.mod hack/tools/registry/go.sum hack/tools/registry/main.go
+	@echo ">> building the registry (distribution $(REGISTRY_VERSION))"
+	cd hack/tools/registry && GOWORK=off go build -trimpath -ldflags '-s -w' -o $@ .
+
+$(CRICTL):
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
+
+$(PAUSE): hack/cluster/pause/main.go hack/cluster/pause/go.mod
+	cd hack/cluster/pause && GOWORK=off GOOS=linux go build -trimpath -ldflags '-s -w' -o $@ .
 
 $(ETCD): hack/tools/etcd/go.mod hack/tools/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION)"
@@ -185,8 +233,22 @@ build: ## Build every service binary and agentctl into bin/.
 		echo ">> $$s"; (cd services/$$s && go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$s ./cmd/$$s); done
 
 .PHONY: images
-images: build ## Build every service image (and agentctl's) from bin/: agentplane/<svc>:$(IMAGE_TAG), under $(IMAGE_REGISTRY) when set.
-	@BIN=$(BIN) SERVICES="$(SERVICES)" IMAGE_TAG=$(IMAGE_TAG) IMAGE_REGISTRY=$(IMAGE_REGISTRY) hack/images.sh
+images: ## Build every image for linux (IMAGE_ARCH, default this machine's): the services, agentctl and the example agent, agentplane/<name>:$(IMAGE_TAG) (the commit), under $(IMAGE_REGISTRY) when set.
+	@BIN=$(BIN) SERVICES="$(SERVICES)" IMAGE_TAG=$(IMAGE_TAG) IMAGE_REGISTRY=$(IMAGE_REGISTRY) LDFLAGS='$(LDFLAGS)' hack/images.sh
+
+.PHONY: charts-package
+charts-package: $(HELM) ## Package every chart into bin/charts/ as $(CHART_VERSION), appVersion $(IMAGE_TAG).
+	@HELM=$(HELM) CHART_VERSION=$(CHART_VERSION) APP_VERSION=$(IMAGE_TAG) OUT=$(BIN)/charts hack/charts.sh
+
+.PHONY: push
+push: $(HELM) ## Build and push every image and chart to REGISTRY (host[:port][/path]): images as REGISTRY/agentplane/<name>:$(IMAGE_TAG), charts as oci://REGISTRY/charts/<chart>:$(CHART_VERSION).
+	@[ -n "$(REGISTRY)" ] || { echo "usage: make push REGISTRY=host[:port][/path] (make cluster-up prints its registry)" >&2; exit 2; }
+	@BIN=$(BIN) SERVICES="$(SERVICES)" IMAGE_TAG=$(IMAGE_TAG) IMAGE_REGISTRY=$(REGISTRY) LDFLAGS='$(LDFLAGS)' PUSH=1 hack/images.sh
+	@HELM=$(HELM) CHART_VERSION=$(CHART_VERSION) APP_VERSION=$(IMAGE_TAG) OUT=$(BIN)/charts REGISTRY=$(REGISTRY) PUSH=1 hack/charts.sh
+
+.PHONY: chart-version
+chart-version: ## Print the version make push gives the charts (for helm install --version).
+	@echo $(CHART_VERSION)
 
 .PHONY: build-alone
 build-alone: ## Build each service with GOWORK=off, as its container image does.
@@ -268,9 +330,14 @@ bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir) to docs/bench-re
 
 ##@ Local control plane
 
+# step TARGET: runs a make target and says how long it took (make up and cluster-up report each).
+step = t=$$SECONDS; $(MAKE) --no-print-directory -s $(1); echo ">> $(1): $$((SECONDS - t)) s"
+
 .PHONY: up
-up: deps tools build ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis, every service (and Jaeger once `make tools-jaeger` built it) locally (no cluster, no Docker).
-	@LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) JAEGER=$(JAEGER) hack/local/up.sh
+up: ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis, every service (and Jaeger once `make tools-jaeger` built it) locally (no cluster, no Docker). Installs and builds only what that needs, and says how long each step took.
+	@t0=$$SECONDS; $(call step,deps-up); $(call step,tools-up); $(call step,build); \
+	  t=$$SECONDS; LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) JAEGER=$(JAEGER) hack/local/up.sh; \
+	  echo ">> start: $$((SECONDS - t)) s; make up in all: $$((SECONDS - t0)) s"
 
 .PHONY: down
 down: ## Stop everything `make up` started.
@@ -280,6 +347,26 @@ down: ## Stop everything `make up` started.
 status: ## Show what `make up` is running.
 	@LOCAL_DIR=$(LOCAL_DIR) hack/local/status.sh
 
+##@ Local cluster with a real node
+
+CLUSTER_DIR ?= $(ROOT)/.cluster
+
+.PHONY: cluster-up
+cluster-up: ## make up's control plane (no services), Redis, a registry and a real node (kubelet, containerd, kube-proxy, CoreDNS) beside kwok's; needs root and Docker. Then install the charts (README, "Install on a cluster").
+	@t0=$$SECONDS; $(call step,deps-cluster); $(call step,tools-cluster); \
+	  t=$$SECONDS; LOCAL_DIR=$(CLUSTER_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) \
+	  TOOLS=$(TOOLS) REGISTRY_BIN=$(REGISTRY_BIN) COREDNS_BIN=$(COREDNS) COREDNS_VERSION=$(COREDNS_VERSION) PAUSE_BIN=$(PAUSE) CRICTL=$(CRICTL) \
+	  SERVICES_BIN=$(BIN) hack/cluster/up.sh; \
+	  echo ">> start: $$((SECONDS - t)) s; make cluster-up in all: $$((SECONDS - t0)) s"
+
+.PHONY: cluster-down
+cluster-down: ## Stop everything make cluster-up started; leaves no pod, mount, interface, iptables rule or process behind (keeps .cluster/).
+	@LOCAL_DIR=$(CLUSTER_DIR) CRICTL=$(CRICTL) hack/cluster/down.sh
+
+.PHONY: cluster-status
+cluster-status: ## Show what make cluster-up is running.
+	@LOCAL_DIR=$(CLUSTER_DIR) hack/cluster/status.sh
+
 .PHONY: clean
-clean: ## Remove built service binaries (keeps tools) and local state.
-	rm -rf $(addprefix $(BIN)/,$(SERVICES)) $(LOCAL_DIR)
+clean: ## Remove built service binaries (keeps tools) and local state (not a running cluster's: make cluster-down first).
+	rm -rf $(addprefix $(BIN)/,$(SERVICES)) $(BIN)/linux_* $(BIN)/charts $(LOCAL_DIR)

@@ -1,19 +1,46 @@
 #!/usr/bin/env bash
-# Installs the Debian packages agentplane's tests and local stack use: redis-server (Redis for
-# event-emitter and the tests), openssl (keys for the local kube-apiserver), curl, and gcc (the
-# race detector, which `make test` runs the unit and integration tiers under, needs cgo),
-# ca-certificates (the CA bundle `make images` puts in every image), jq (the README reads
-# Jaeger's API with it), and chromium (the web console's tests drive it through chromedp, headless).
+# Installs the Debian packages agentplane needs, for one purpose:
+#   up       make up: redis-server (Redis for event-emitter and watch-gateway), openssl (keys for
+#            the local kube-apiserver), curl, ca-certificates (the CA bundle images carry)
+#   cluster  make cluster-up: up's, and the node's: the CNI plugins (containernetworking-plugins),
+#            iptables (kube-proxy), ipset and conntrack, util-linux's nsenter, iproute2
+#   test     make test: cluster's, and gcc (the race detector needs cgo), jq (the README reads
+#            Jaeger's API with it), and chromium (the web console's browser test)
+# containerd and runc come with the Docker engine the tests already need.
 set -euo pipefail
+purpose=${1:-test}
 
 need=()
-command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
-command -v curl >/dev/null 2>&1 || need+=(curl)
-command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
-[ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
-command -v jq >/dev/null 2>&1 || need+=(jq)
-command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
+want() { # want COMMAND-OR-FILE PACKAGE...
+  case $1 in
+    /*) [ -e "$1" ] && return 0 ;;
+    *) command -v "$1" >/dev/null 2>&1 && return 0 ;;
+  esac
+  shift
+  need+=("$@")
+}
+want redis-server redis-server
+want openssl openssl
+want curl curl
+want /etc/ssl/certs/ca-certificates.crt ca-certificates
+case $purpose in
+  up) ;;
+  cluster | test)
+    want /usr/lib/cni/bridge containernetworking-plugins
+    want iptables iptables
+    want ipset ipset
+    want conntrack conntrack
+    want nsenter util-linux
+    want ip iproute2
+    ;;&
+  test)
+    want gcc gcc libc6-dev
+    want jq jq
+    want chromium chromium fonts-dejavu-core
+    ;;
+  cluster) ;;
+  *) echo "usage: hack/deps.sh up|cluster|test" >&2; exit 2 ;;
+esac
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

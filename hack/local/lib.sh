@@ -57,3 +57,42 @@ pid_of() { # prints the pid of a running component, or nothing
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 die() { echo "error: $*" >&2; exit 1; }
+
+# start NAME PORT CMD...: starts CMD in its own session unless NAME already runs; refuses a port
+# (on 127.0.0.1) that something else holds. PORT "-": the process has no such port.
+start() {
+  local name=$1 port=$2; shift 2
+  if [ -n "$(pid_of "$name")" ]; then
+    echo "   $name already running (pid $(pid_of "$name"))"
+    return 0
+  fi
+  if [ "$port" != - ] && port_taken "$port"; then
+    die "port $port, wanted by $name, is taken by another process: stop it, or move agentplane's ports with AGENTPLANE_PORT_OFFSET=1000 (or AGENTPLANE_<NAME>_PORT)"
+  fi
+  if [ "$port" = - ]; then
+    echo "   starting $name (log $LOG_DIR/$name.log)"
+  else
+    echo "   starting $name (port $port, log $LOG_DIR/$name.log)"
+  fi
+  setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN_DIR/$name.pid"
+}
+
+# wait_for NAME SECONDS CMD...: polls CMD until it succeeds; on timeout shows the log's tail.
+wait_for() {
+  local name=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ -z "$(pid_of "$name")" ]; then
+      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+      die "$name exited; its log is $LOG_DIR/$name.log"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+      die "$name not ready after ${secs}s; its log is $LOG_DIR/$name.log"
+    fi
+    sleep 0.5
+  done
+}
+
+http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }

@@ -8,6 +8,9 @@
 # Knobs besides the ports (lib.sh): AGENTPLANE_CONTROL_PLANE_ONLY=1 starts the Kubernetes part
 # only (no Redis, Jaeger or services: the e2e system suite runs those as containers);
 # AGENTPLANE_APISERVER_BIND_ADDRESS (127.0.0.1) is where kube-apiserver listens;
+# AGENTPLANE_APISERVER_ADVERTISE_ADDRESS (127.0.0.1) is the address it publishes as the
+# `kubernetes` Service's endpoint (`make cluster-up` gives both an address its pods reach; a
+# loopback one publishes none, as pods could not reach it anyway);
 # AGENTPLANE_APISERVER_OTLP_ENDPOINT (host:port, OTLP gRPC) makes kube-apiserver export its spans
 # there (the local Jaeger's when it runs); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
 # request rate to the API server (burst twice it).
@@ -27,12 +30,24 @@ ls "$KWOK_STAGES"/*.yaml >/dev/null 2>&1 || die "kwok stages missing in $KWOK_ST
 command -v redis-server >/dev/null || die "redis-server is missing: run 'make deps'"
 command -v openssl >/dev/null || die "openssl is missing: run 'make deps'"
 command -v curl >/dev/null || die "curl is missing: run 'make deps'"
-while read -r svc _ _; do
-  [ -x "$SERVICES_BIN/$svc" ] || die "$SERVICES_BIN/$svc is missing: run 'make build'"
-done <<<"$SERVICE_TABLE"
-
 CONTROL_PLANE_ONLY=${AGENTPLANE_CONTROL_PLANE_ONLY:-0}
+if [ "$CONTROL_PLANE_ONLY" != 1 ]; then
+  while read -r svc _ _; do
+    [ -x "$SERVICES_BIN/$svc" ] || die "$SERVICES_BIN/$svc is missing: run 'make build'"
+  done <<<"$SERVICE_TABLE"
+fi
 APISERVER_BIND=${AGENTPLANE_APISERVER_BIND_ADDRESS:-127.0.0.1}
+APISERVER_ADVERTISE=${AGENTPLANE_APISERVER_ADVERTISE_ADDRESS:-127.0.0.1}
+# Where the kubeconfig points: the address kube-apiserver listens on, or loopback when it listens
+# on loopback or every address.
+case $APISERVER_BIND in
+  0.0.0.0 | 127.* | ::) APISERVER_HOST=127.0.0.1 ;;
+  *) APISERVER_HOST=$APISERVER_BIND ;;
+esac
+# A loopback advertise address cannot be the `kubernetes` Service's endpoint (kube-apiserver
+# refuses it): no endpoint reconciler then. Otherwise the default lease reconciler keeps it.
+endpoint_args=(--endpoint-reconciler-type none)
+case $APISERVER_ADVERTISE in 127.*) ;; *) endpoint_args=() ;; esac
 APISERVER_OTLP=${AGENTPLANE_APISERVER_OTLP_ENDPOINT:-}
 # kube-controller-manager's default client rate (20 requests/s, burst 30) paces the Job controller
 # (a pod create and a few status updates per Job), which hundreds of runs at once (the e2e fault
@@ -47,51 +62,11 @@ fi
 mkdir -p "$RUN_DIR" "$LOG_DIR" "$PKI_DIR" "$LOCAL_DIR/etcd"
 KUBECTL=("$KUBE_DIR/kubectl" --kubeconfig "$KUBECONFIG_FILE")
 
-# start NAME PORT CMD...: starts CMD in its own session unless NAME already runs; refuses a port
-# that something else holds.
-start() {
-  local name=$1 port=$2; shift 2
-  if [ -n "$(pid_of "$name")" ]; then
-    echo "   $name already running (pid $(pid_of "$name"))"
-    return 0
-  fi
-  if port_taken "$port"; then
-    die "port $port, wanted by $name, is taken by another process: stop it, or move agentplane's ports with AGENTPLANE_PORT_OFFSET=1000 (or AGENTPLANE_<NAME>_PORT)"
-  fi
-  echo "   starting $name (port $port, log $LOG_DIR/$name.log)"
-  setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 < /dev/null &
-  echo $! >"$RUN_DIR/$name.pid"
-}
-
-# wait_for NAME SECONDS CMD...: polls CMD until it succeeds; on timeout shows the log's tail.
-wait_for() {
-  local name=$1 secs=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ -z "$(pid_of "$name")" ]; then
-      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
-      die "$name exited; its log is $LOG_DIR/$name.log"
-    fi
-    if [ $SECONDS -ge $deadline ]; then
-      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
-      die "$name not ready after ${secs}s; its log is $LOG_DIR/$name.log"
-    fi
-    sleep 0.5
-  done
-}
-
-http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
-
 # --- keys and the kubeconfig (made once, kept across restarts) ---
 if [ ! -f "$PKI_DIR/token" ]; then
   echo ">> creating keys in $PKI_DIR"
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=agentplane-local-ca" \
     -keyout "$PKI_DIR/ca.key" -out "$PKI_DIR/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
-    -keyout "$PKI_DIR/apiserver.key" -out "$PKI_DIR/apiserver.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default\n' >"$PKI_DIR/san.ext"
-  openssl x509 -req -in "$PKI_DIR/apiserver.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
-    -CAcreateserial -days 3650 -extfile "$PKI_DIR/san.ext" -out "$PKI_DIR/apiserver.crt" 2>/dev/null
   openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
   openssl rand -hex 32 >"$PKI_DIR/token.tmp"
@@ -99,13 +74,36 @@ if [ ! -f "$PKI_DIR/token" ]; then
   mv "$PKI_DIR/token.tmp" "$PKI_DIR/token"
   chmod 600 "$PKI_DIR"/*.key "$PKI_DIR/token" "$PKI_DIR/tokens.csv"
 fi
+# issue NAME SUBJECT [EXT]: a key and a certificate signed by the local CA, unless they exist for
+# the same subject and extensions (so a changed address gets a new serving certificate).
+issue() {
+  local name=$1 subj=$2 ext=${3:-}
+  local want="$subj|$ext"
+  [ -f "$PKI_DIR/$name.crt" ] && [ "$(cat "$PKI_DIR/$name.req" 2>/dev/null)" = "$want" ] && return 0
+  openssl req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$PKI_DIR/$name.key" -out "$PKI_DIR/$name.csr" 2>/dev/null
+  printf '%s\n' "$ext" >"$PKI_DIR/$name.ext"
+  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" -CAcreateserial \
+    -days 3650 ${ext:+-extfile "$PKI_DIR/$name.ext"} -out "$PKI_DIR/$name.crt" 2>/dev/null
+  chmod 600 "$PKI_DIR/$name.key"
+  echo "$want" >"$PKI_DIR/$name.req"
+}
+# kube-apiserver's serving certificate names every address a client may dial: loopback, the
+# advertise and bind addresses, and the `kubernetes` Service (its ClusterIP and DNS names), which
+# in-cluster clients use.
+sans="IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+for a in "$APISERVER_ADVERTISE" "$APISERVER_HOST"; do
+  case ",$sans," in *",IP:$a,"*) ;; *) sans="$sans,IP:$a" ;; esac
+done
+issue apiserver "/CN=kube-apiserver" "subjectAltName=$sans"
+# kube-apiserver's client certificate for the kubelets' servers (logs, exec, port-forward).
+issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
 cat >"$KUBECONFIG_FILE" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: agentplane-local
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$APISERVER_HOST:$APISERVER_PORT
     certificate-authority: $PKI_DIR/ca.crt
 users:
 - name: agentplane-admin
@@ -151,11 +149,13 @@ wait_for etcd 30 port_taken "$ETCD_PORT"
 
 start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address "$APISERVER_BIND" --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
-  --endpoint-reconciler-type none \
+  --bind-address "$APISERVER_BIND" --advertise-address "$APISERVER_ADVERTISE" --secure-port "$APISERVER_PORT" \
+  "${endpoint_args[@]}" \
   --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
   --client-ca-file "$PKI_DIR/ca.crt" \
-  --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode RBAC \
+  --kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
+  --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+  --enable-aggregator-routing=true \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
@@ -221,6 +221,15 @@ EOF
 node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for kwok 90 node_ready
 
+if [ "$CONTROL_PLANE_ONLY" = 1 ]; then
+  cat <<EOF
+
+The local control plane is up without Redis or services (AGENTPLANE_CONTROL_PLANE_ONLY=1; state in $LOCAL_DIR).
+  export KUBECONFIG=$KUBECONFIG_FILE
+EOF
+  exit 0
+fi
+
 # Service-to-service authentication, as in a cluster: status-writer and event-emitter accept
 # only the controllers' ServiceAccounts, each presenting a token the API server issued for the
 # audience "agentplane" (TokenRequest, what kubelet projects into a pod). Tokens last a week;
@@ -243,15 +252,6 @@ svc_auth() {
     status-writer | event-emitter) echo "JANGAR_GRPC_AUTH_MODE=token" ;;
   esac
 }
-
-if [ "$CONTROL_PLANE_ONLY" = 1 ]; then
-  cat <<EOF
-
-The local control plane is up without Redis or services (AGENTPLANE_CONTROL_PLANE_ONLY=1; state in $LOCAL_DIR).
-  export KUBECONFIG=$KUBECONFIG_FILE
-EOF
-  exit 0
-fi
 
 # Every service exports its spans to the local Jaeger when it runs (OTLP over HTTP).
 otel_env=()

@@ -1,12 +1,15 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control-plane commands that the local stack and the
-// integration tests run. They are built from their Go modules by `make tools`.
+// Package tools pins the Kubernetes commands that the local stack and the integration tests run
+// (`make tools`), and the real node's kubelet and kube-proxy (`make tools-cluster`). They are
+// built from their Go modules.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

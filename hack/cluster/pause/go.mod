@@ -1,0 +1,3 @@
+module github.com/agentplane/agentplane/hack/cluster/pause
+
+go 1.26.0
