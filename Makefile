@@ -336,7 +336,7 @@ step = t=$$SECONDS; $(MAKE) --no-print-directory -s $(1); echo ">> $(1): $$((SEC
 .PHONY: up
 up: ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis, every service (and Jaeger once `make tools-jaeger` built it) locally (no cluster, no Docker). Installs and builds only what that needs, and says how long each step took.
 	@t0=$$SECONDS; $(call step,deps-up); $(call step,tools-up); $(call step,build); \
-	  t=$$SECONDS; LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) JAEGER=$(JAEGER) hack/local/up.sh; \
+	  t=$$SECONDS; LOCAL_DIR=$(LOCAL_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) SERVICES_BIN=$(BIN) JAEGER=$(JAEGER) AGENTPLANE_AGENT_IMAGE=agentplane/agent:$(IMAGE_TAG) hack/local/up.sh; \
 	  echo ">> start: $$((SECONDS - t)) s; make up in all: $$((SECONDS - t0)) s"
 
 .PHONY: down

@@ -343,7 +343,7 @@ func TestLocalControlPlane(t *testing.T) {
 	})
 
 	t.Run("a Job completes and its TTL deletes it", func(t *testing.T) {
-		if out, err := kubectl("apply", "-f", filepath.Join(root, "examples", "job-ttl.yaml")); err != nil {
+		if out, err := kubectl("apply", "-f", filepath.Join(root, "hack", "local", "sample-job.yaml")); err != nil {
 			t.Fatalf("apply job: %v\n%s", err, out)
 		}
 		start := time.Now()

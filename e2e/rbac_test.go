@@ -360,7 +360,7 @@ func TestRunControllerChartRBACIsEnoughAndNoMore(t *testing.T) {
 	const sa = "system:serviceaccount:granted:run-controller"
 	rc, err := testenv.StartService(binPath(t, "run-controller"), dir, "KUBECONFIG="+impersonating(t, kube.Kubeconfig, sa),
 		"POD_NAMESPACE=granted", "POD_NAME=run-controller-0", "JANGAR_AGENTS_CONTROLLER_NAMESPACES=granted",
-		"JANGAR_LEADER_ELECTION_ENABLED=true", "JANGAR_STATUS_WRITER_ADDR="+w.StatusAddr, "JANGAR_EVENT_EMITTER_ADDR="+w.EventsAddr)
+		"JANGAR_LEADER_ELECTION_ENABLED=true", "JANGAR_AGENT_IMAGE=agentplane/agent:e2e", "JANGAR_STATUS_WRITER_ADDR="+w.StatusAddr, "JANGAR_EVENT_EMITTER_ADDR="+w.EventsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -253,6 +253,14 @@ svc_auth() {
   esac
 }
 
+# svc_env SERVICE: variables only SERVICE reads. run-controller's default image for runs that
+# name none is the example agent (kwok never pulls it here; `make images` builds it).
+svc_env() {
+  case $1 in
+    run-controller) echo "JANGAR_AGENT_IMAGE=${AGENTPLANE_AGENT_IMAGE:-agentplane/agent:dev}" ;;
+  esac
+}
+
 # Every service exports its spans to the local Jaeger when it runs (OTLP over HTTP).
 otel_env=()
 if [ "$WITH_JAEGER" = 1 ]; then
@@ -272,7 +280,7 @@ while read -r svc grpc_port metrics_port; do
     JANGAR_AGENTS_CONTROLLER_NAMESPACES="$NAMESPACE" JANGAR_GRPC_HOST=127.0.0.1 JANGAR_GRPC_PORT="$grpc_port" \
     JANGAR_METRICS_ADDR="127.0.0.1:$metrics_port" JANGAR_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
     JANGAR_STATUS_WRITER_ADDR="127.0.0.1:$(grpc_of status-writer)" JANGAR_EVENT_EMITTER_ADDR="127.0.0.1:$(grpc_of event-emitter)" \
-    "${otel_env[@]}" $(svc_auth "$svc") "$SERVICES_BIN/$svc"
+    "${otel_env[@]}" $(svc_auth "$svc") $(svc_env "$svc") "$SERVICES_BIN/$svc"
 done <<<"$SERVICE_TABLE"
 while read -r svc _ metrics_port; do
   wait_for "$svc" 30 http_ok "http://127.0.0.1:$metrics_port/readyz"

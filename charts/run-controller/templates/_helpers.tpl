@@ -82,6 +82,8 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.controller.jobResultFinalizer | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_WORKERS
   value: {{ .Values.controller.workers | int | quote }}
+- name: JANGAR_AGENT_IMAGE
+  value: {{ .Values.runtime.agentImage | default (printf "%sagentplane/agent:%s" (ternary "" (printf "%s/" .Values.image.registry) (empty .Values.image.registry)) (.Values.image.tag | default .Chart.AppVersion)) | quote }}
 {{- range $k, $env := dict "namespace" "NAMESPACE" "agent" "AGENT" "cluster" "CLUSTER" }}
 - name: JANGAR_AGENTS_CONTROLLER_CONCURRENCY_{{ $env }}
   value: {{ index $.Values.controller.concurrency $k | int | quote }}

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -89,6 +90,14 @@ type AgentRunDefaults struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	RetryLimit int32 `json:"retryLimit,omitempty"`
+	// NodeSelector is the node selector of every run's pods: where the agent's runs may run.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations are added to every run's pods, e.g. to run on tainted nodes kept for agents
+	// (or, on `make cluster-up`, on the simulated kwok node).
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // AgentStatus is the observed state of an Agent, written only by status-writer.

@@ -26,7 +26,10 @@ const (
 
 	// AnnotationSimulatePrefix: annotations of a run (or of the OrchestrationRun it came from)
 	// that start with it are copied onto the Job's pod template, where the local control
-	// plane's kwok Stages read them: agentplane.dev/simulate-duration ("600s") and
+	// plane's kwok Stages read them, and the example agent (examples/agent) on a real node reads
+	// them through the downward API: agentplane.dev/simulate-duration ("600s") and
 	// agentplane.dev/simulate-exit-code ("1").
-	AnnotationSimulatePrefix = "agentplane.dev/simulate-"
+	AnnotationSimulatePrefix   = "agentplane.dev/simulate-"
+	AnnotationSimulateDuration = AnnotationSimulatePrefix + "duration"
+	AnnotationSimulateExitCode = AnnotationSimulatePrefix + "exit-code"
 )

@@ -146,6 +146,9 @@ func (c *Controller) baseWork(ar *agentsv1alpha1.AgentRun, agent *agentsv1alpha1
 	if w.image == "" && agent.Spec.Defaults != nil {
 		w.image = agent.Spec.Defaults.Image
 	}
+	if w.image == "" {
+		w.image = c.cfg.AgentImage
+	}
 	if agent.Spec.Defaults != nil {
 		w.timeout, w.retries = agent.Spec.Defaults.TimeoutSeconds, agent.Spec.Defaults.RetryLimit
 	}
@@ -187,7 +190,7 @@ func contains(l []string, s string) bool {
 // checkImage refuses a run with no image, or one the policy refuses.
 func (c *Controller) checkImage(image string) *problem {
 	if image == "" {
-		return &problem{fail: true, reason: reasons.InvalidSpec, message: "no image: set spec.workload.image on the run or spec.defaults.image on its Agent"}
+		return &problem{fail: true, reason: reasons.InvalidSpec, message: "no image: set spec.workload.image on the run or spec.defaults.image on its Agent (run-controller has no default: JANGAR_AGENT_IMAGE, the chart's runtime.agentImage, is empty)"}
 	}
 	if err := c.cfg.Policy.checkImage(image); err != nil {
 		return &problem{fail: true, reason: reasons.Forbidden, message: err.Error()}

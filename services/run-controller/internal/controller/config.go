@@ -21,6 +21,10 @@ type Config struct {
 	JobFinalizer bool
 	// Workers reconcile in parallel, per kind: JANGAR_AGENTS_CONTROLLER_WORKERS.
 	Workers int
+	// AgentImage runs a run whose AgentRun and Agent name no image: JANGAR_AGENT_IMAGE (the
+	// seeds' runtime.*; the chart sets the project's example agent, agentplane/agent). Empty:
+	// such a run fails InvalidSpec.
+	AgentImage string
 	// Policy is the admission policy: JANGAR_AGENTS_CONTROLLER_{IMAGES,LABELS}_* and BLOCKED_SECRETS.
 	Policy Policy
 	// Limits are the concurrency, queue and start-rate limits.
@@ -61,6 +65,7 @@ const (
 	envJobTTL        = "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS"
 	envJobFinalizer  = "JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED"
 	envWorkers       = "JANGAR_AGENTS_CONTROLLER_WORKERS"
+	envAgentImage    = "JANGAR_AGENT_IMAGE"
 	envImagesAllowed = "JANGAR_AGENTS_CONTROLLER_IMAGES_ALLOWED"
 	envImagesDenied  = "JANGAR_AGENTS_CONTROLLER_IMAGES_DENIED"
 	envLabelsReq     = "JANGAR_AGENTS_CONTROLLER_LABELS_REQUIRED"
@@ -96,6 +101,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	c.JobTTLSeconds = int32(min(ttl, 1<<31-1)) //nolint:gosec // G115: bounded to int32 by the min
 	c.JobFinalizer = env.Bool(envJobFinalizer, true)
 	c.Workers = env.Int(envWorkers, 4)
+	c.AgentImage = strings.TrimSpace(env.String(envAgentImage, ""))
 	if c.Workers < 1 || c.Workers > 256 {
 		env.Fail(envWorkers, fmt.Sprint(c.Workers), "between 1 and 256")
 	}

@@ -114,6 +114,19 @@ func (c *Controller) buildJob(w work) (*batchv1.Job, error) {
 		env = append(env, corev1.EnvVar{Name: "AGENTRUN_STEP", Value: w.step},
 			corev1.EnvVar{Name: "AGENTRUN_ATTEMPT", Value: strconv.Itoa(int(w.attempt))})
 	}
+	// The simulate-* annotations reach the container through the downward API, so that an agent
+	// on a real node (the example agent, examples/agent) can do what kwok's Stages make a
+	// simulated pod do.
+	for _, a := range []struct{ annotation, name string }{
+		{agentsv1alpha1.AnnotationSimulateDuration, "AGENTPLANE_SIMULATE_DURATION"},
+		{agentsv1alpha1.AnnotationSimulateExitCode, "AGENTPLANE_SIMULATE_EXIT_CODE"},
+	} {
+		if _, ok := ann[a.annotation]; ok {
+			env = append(env, corev1.EnvVar{Name: a.name, ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", a.annotation)},
+			}})
+		}
+	}
 	for _, e := range w.agent.Spec.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
@@ -219,6 +232,10 @@ func (c *Controller) buildJob(w work) (*batchv1.Job, error) {
 	}
 	if w.timeout > 0 {
 		job.Spec.ActiveDeadlineSeconds = ptr.To(int64(w.timeout))
+	}
+	if d := w.agent.Spec.Defaults; d != nil {
+		job.Spec.Template.Spec.NodeSelector = d.NodeSelector
+		job.Spec.Template.Spec.Tolerations = d.Tolerations
 	}
 	return job, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -158,5 +159,73 @@ func TestQueueCountsOnlyRunsThatMustWait(t *testing.T) {
 	}
 	if d := a.admit(all[5], t0); !d.refuse || d.reason != ReasonQueueFull {
 		t.Fatalf("q6: %+v, want QueueFull", d)
+	}
+}
+
+// A run's pods get what a real node's agent needs: the simulate-* annotations through the
+// downward API, and the Agent's node selector and tolerations; an image from the run, else the
+// Agent, else run-controller's default (JANGAR_AGENT_IMAGE).
+func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
+	agent := &agentsv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "codex"}, Spec: agentsv1alpha1.AgentSpec{
+		ProviderRef: agentsv1alpha1.LocalRef{Name: "p"},
+		Defaults: &agentsv1alpha1.AgentRunDefaults{
+			NodeSelector: map[string]string{"type": "kwok"},
+			Tolerations:  []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+	}}
+	run := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "agents", UID: "u1", Annotations: map[string]string{
+		agentsv1alpha1.AnnotationSimulateDuration: "30s", agentsv1alpha1.AnnotationSimulateExitCode: "3", "other": "x",
+	}}, Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"}}}
+	c := &Controller{cfg: Config{AgentImage: "reg.local/agentplane/agent:v1"}}
+	w, p := c.baseWork(run, agent)
+	if p != nil || w.image != "reg.local/agentplane/agent:v1" {
+		t.Fatalf("image %q, problem %+v: want run-controller's default", w.image, p)
+	}
+	job, err := c.buildJob(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := job.Spec.Template
+	if pod.Annotations[agentsv1alpha1.AnnotationSimulateDuration] != "30s" || pod.Annotations["other"] != "" {
+		t.Errorf("pod annotations %v", pod.Annotations)
+	}
+	refs := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			refs[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	for name, path := range map[string]string{
+		"AGENTPLANE_SIMULATE_DURATION":  "metadata.annotations['agentplane.dev/simulate-duration']",
+		"AGENTPLANE_SIMULATE_EXIT_CODE": "metadata.annotations['agentplane.dev/simulate-exit-code']",
+	} {
+		if refs[name] != path {
+			t.Errorf("%s from %q, want the downward API's %s", name, refs[name], path)
+		}
+	}
+	if pod.Spec.NodeSelector["type"] != "kwok" || len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Key != "kwok.x-k8s.io/node" {
+		t.Errorf("node selector %v, tolerations %v: want the Agent's", pod.Spec.NodeSelector, pod.Spec.Tolerations)
+	}
+
+	agent.Spec.Defaults.Image = "reg.local/agents/codex:2"
+	if w, _ := c.baseWork(run, agent); w.image != "reg.local/agents/codex:2" {
+		t.Errorf("image %q: the Agent's default wins over run-controller's", w.image)
+	}
+	run.Spec.Workload = &agentsv1alpha1.WorkloadSpec{Image: "reg.local/agents/codex:3"}
+	if w, _ := c.baseWork(run, agent); w.image != "reg.local/agents/codex:3" {
+		t.Errorf("image %q: the run's own wins", w.image)
+	}
+	run.Spec.Workload, agent.Spec.Defaults.Image, c.cfg.AgentImage = nil, "", ""
+	if w, _ := c.baseWork(run, agent); c.checkImage(w.image) == nil {
+		t.Error("a run with no image anywhere is accepted")
+	}
+	// Without the annotations, no such variables.
+	run.Annotations = nil
+	w, _ = c.baseWork(run, agent)
+	job, _ = c.buildJob(w)
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if strings.HasPrefix(e.Name, "AGENTPLANE_SIMULATE_") {
+			t.Errorf("%s set for a run without simulate-* annotations", e.Name)
+		}
 	}
 }
