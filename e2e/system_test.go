@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -40,7 +41,7 @@ func TestWholeSystem(t *testing.T) {
 	if out, err := s.kubectlIn(chainOrchestration, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply the chain Orchestration: %v %s", err, out)
 	}
-	jobs := s.recordJobs(t)
+	jobs := recordJobs(t, s.kube, sysNamespace)
 	w := s.watchStatus(t)
 
 	s.run(t, "Seed000StatusFieldsOnALiveRun", func(t *testing.T) { s.seed000(t) })
@@ -282,9 +283,10 @@ func (j *jobRecorder) count(uid string) int {
 	return len(j.byRun[uid])
 }
 
-func (s *system) recordJobs(t *testing.T) *jobRecorder {
+// recordJobs starts recording the Jobs of namespace ns until the test ends.
+func recordJobs(t *testing.T, kube kubernetes.Interface, ns string) *jobRecorder {
 	j := &jobRecorder{byRun: map[string]map[string]bool{}}
-	f := informers.NewSharedInformerFactoryWithOptions(s.kube, 0, informers.WithNamespace(sysNamespace))
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns))
 	inf := f.Batch().V1().Jobs().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
 		job, ok := obj.(*batchv1.Job)

@@ -5,8 +5,11 @@
 # 0.1.0; the packaged ones name the commit, as the images do.
 #   make charts-package          # bin/charts/*.tgz
 #   make push REGISTRY=...       # images and charts
+#
+# SRC (default: this tree) is the tree whose charts/ to package (an earlier commit's worktree).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SRC=${SRC:-$ROOT}
 : "${HELM:?}" "${CHART_VERSION:?}" "${APP_VERSION:?}" "${OUT:?}"
 [ -x "$HELM" ] || { echo "error: $HELM is missing: run make tools" >&2; exit 1; }
 CHARTS="agentplane-crds status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway agentplane"
@@ -15,8 +18,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # A copy of charts/ (the one-release chart's links into it stay relative, so they point into the
 # copy) whose Chart.yaml files carry the versions; the tree's own stay as they are.
-cp -a "$ROOT/charts" "$stage/charts"
-base=$(awk '/^version:/{print $2; exit}' "$ROOT/charts/agentplane/Chart.yaml")
+cp -a "$SRC/charts" "$stage/charts"
+base=$(awk '/^version:/{print $2; exit}' "$SRC/charts/agentplane/Chart.yaml")
 for c in $CHARTS; do
   sed -i -E -e "s/^version: .*/version: $CHART_VERSION/" -e "s/^appVersion: .*/appVersion: \"$APP_VERSION\"/" \
     -e "s/^(    version: )$base\$/\1$CHART_VERSION/" "$stage/charts/$c/Chart.yaml"

@@ -6,8 +6,12 @@
 # build/Dockerfile wraps each in a FROM-scratch image with a CA bundle.
 #   make images                                  # agentplane/<name>:<commit>
 #   make push REGISTRY=ghcr.io/me                # build, then push images and charts
+#
+# SRC (default: this tree) is the source tree to build, e.g. a worktree of an earlier commit
+# (e2e/cluster_test.go upgrades from the previous commit's images and charts that way).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SRC=${SRC:-$ROOT}
 : "${BIN:?}" "${SERVICES:?}" "${IMAGE_TAG:?}" "${LDFLAGS:?}"
 IMAGE_ARCH=${IMAGE_ARCH:-$(go env GOARCH)}
 command -v docker >/dev/null || { echo "error: docker is needed to build images" >&2; exit 1; }
@@ -23,7 +27,7 @@ if [ -z "$CA" ]; then
 fi
 [ -n "$CA" ] && [ -s "$CA" ] || { echo "error: no CA bundle found: install ca-certificates (make deps) or set CA_BUNDLE=/path/to/bundle.pem" >&2; exit 1; }
 
-revision=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+revision=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
 prefix=${IMAGE_REGISTRY:+$IMAGE_REGISTRY/}
 out=$BIN/linux_$IMAGE_ARCH
 mkdir -p "$out"
@@ -31,17 +35,20 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp "$CA" "$ctx/ca-certificates.crt"
 
-for name in $SERVICES agent; do
+names=$SERVICES
+# Trees from before the example agent have none to build.
+[ -d "$SRC/examples/agent" ] && names="$names agent"
+for name in $names; do
   # The module and the main package in it.
   case $name in
     agent) mod=examples/agent pkg=. ;;
     *) mod=services/$name pkg=./cmd/$name ;;
   esac
-  (cd "$ROOT/$mod" && CGO_ENABLED=0 GOOS=linux GOARCH=$IMAGE_ARCH go build -trimpath -ldflags "$LDFLAGS" -o "$out/$name" "$pkg")
+  (cd "$SRC/$mod" && CGO_ENABLED=0 GOOS=linux GOARCH=$IMAGE_ARCH go build -trimpath -ldflags "$LDFLAGS" -o "$out/$name" "$pkg")
   cp "$out/$name" "$ctx/$name"
   image="${prefix}agentplane/$name:$IMAGE_TAG"
   echo ">> $image (linux/$IMAGE_ARCH)"
-  if ! log=$(docker build -q --platform "linux/$IMAGE_ARCH" -f "$ROOT/build/Dockerfile" --build-arg SERVICE="$name" \
+  if ! log=$(docker build -q --platform "linux/$IMAGE_ARCH" -f "$SRC/build/Dockerfile" --build-arg SERVICE="$name" \
     --build-arg VERSION="$IMAGE_TAG" --build-arg REVISION="$revision" -t "$image" "$ctx" 2>&1); then
     echo "$log" >&2
     exit 1

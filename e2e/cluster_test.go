@@ -1,0 +1,687 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+// TestClusterInstall installs agentplane as an operator would (#30): on `make cluster-up`'s
+// cluster (a real node: kubelet, containerd, kube-proxy, CoreDNS; kwok's node beside it), the
+// images and charts pushed to the local registry with `make push`, and `helm install` from
+// oci:// overriding only the registry and the Redis address. Every Deployment becomes Available
+// on the real node with its readiness probe passing; the services reach each other by cluster
+// DNS names with projected tokens; the examples run in real containers; cancel, retention and
+// WorkflowJobMissing behave; helm test passes; every command the NOTES print works; uninstall
+// leaves nothing. Then the same with one release per service, an upgrade from the previous
+// commit's chart and images with 100 runs in flight, leader pods deleted mid-flight, and
+// make cluster-down leaving nothing on the host.
+func TestClusterInstall(t *testing.T) {
+	c := startCluster(t)
+	if !t.Run("the node runs real containers beside kwok's", c.checkNodes) {
+		return
+	}
+	version := c.pushCurrent(t)
+	jobs := recordJobs(t, c.kube, clusterNS)
+
+	if !t.Run("one release from the registry", func(t *testing.T) {
+		before := c.clusterObjects(t)
+		c.helmInstall(t, "agentplane", "agentplane", version)
+		c.checkRelease(t, "agentplane", version, true)
+		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
+		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
+		t.Run("helm test", func(t *testing.T) { c.helmTest(t, "agentplane") })
+		t.Run("every command the NOTES print works", func(t *testing.T) {
+			c.prepareNotes(t)
+			c.runNotes(t, "agentplane", map[string]string{"<namespace>": clusterNS, "<name>": "notes-cancel"})
+		})
+		t.Run("helm uninstall leaves no held Job and no stray object", func(t *testing.T) {
+			c.uninstall(t, before, "agentplane")
+		})
+	}) {
+		return
+	}
+
+	if !t.Run("one release per service, in dependency order", func(t *testing.T) {
+		before := c.clusterObjects(t)
+		releases := []string{"agentplane-crds", "status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
+		for _, r := range releases {
+			c.helmInstall(t, r, r, version)
+		}
+		for _, r := range releases[1:] {
+			c.checkRelease(t, r, version, false)
+		}
+		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
+		for _, r := range releases[1:] {
+			c.helmTest(t, r)
+		}
+		t.Run("every command the NOTES print works", func(t *testing.T) {
+			c.prepareNotes(t)
+			for _, r := range releases {
+				c.runNotes(t, r, map[string]string{"<namespace>": clusterNS, "<name>": "notes-cancel"})
+			}
+		})
+		t.Run("helm uninstall leaves no held Job and no stray object", func(t *testing.T) {
+			rev := slices.Clone(releases)
+			slices.Reverse(rev)
+			c.uninstall(t, before, rev...)
+		})
+	}) {
+		return
+	}
+
+	t.Run("upgrade from the previous commit with 100 runs in flight, then leaders deleted", func(t *testing.T) {
+		c.checkUpgrade(t, version, jobs)
+	})
+
+	t.Run("make cluster-down leaves nothing behind", c.stop)
+}
+
+// checkNodes: the real node is Ready on containerd, kwok's node is tainted, CoreDNS runs on the
+// real node from the registry's image, and the `kubernetes` Service's endpoint is an address pods
+// reach (not loopback).
+func (c *kcluster) checkNodes(t *testing.T) {
+	ctx := context.Background()
+	node, err := c.kube.CoreV1().Nodes().Get(ctx, c.nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(rt, "containerd://") {
+		t.Errorf("node %s runs %q, want containerd", c.nodeName, rt)
+	}
+	kwok, err := c.kube.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kwok.Spec.Taints) == 0 || kwok.Spec.Taints[0].Key != "kwok.x-k8s.io/node" {
+		t.Errorf("kwok's node has taints %v: bulk run pods must be the only ones there", kwok.Spec.Taints)
+	}
+	eps, err := c.kube.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+	if err != nil || len(eps.Items) == 0 || len(eps.Items[0].Endpoints) == 0 || eps.Items[0].Endpoints[0].Addresses[0] != c.hostIP {
+		t.Errorf("the kubernetes Service's endpoints %+v (%v), want %s", eps, err, c.hostIP)
+	}
+	pods, err := c.kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("CoreDNS pods: %v %v", pods, err)
+	}
+	p := pods.Items[0]
+	if p.Spec.NodeName != c.nodeName || !podReady(&p) || !strings.HasPrefix(p.Status.ContainerStatuses[0].ImageID, c.registry+"/agentplane/coredns@sha256:") {
+		t.Errorf("CoreDNS on %s, ready %v, image %s", p.Spec.NodeName, podReady(&p), p.Status.ContainerStatuses[0].ImageID)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// pushCurrent pushes this tree's images and charts with `make push` and returns the charts' version.
+func (c *kcluster) pushCurrent(t *testing.T) string {
+	t.Helper()
+	start := time.Now()
+	if out, err := c.make("push", "REGISTRY="+c.registry); err != nil {
+		t.Fatalf("make push: %v\n%s", err, out)
+	}
+	t.Logf("make push: %s", time.Since(start).Round(time.Second))
+	out, err := c.make("chart-version")
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// helmInstall installs chart from the registry as release, giving it only the registry and,
+// where the chart takes one, the Redis address.
+func (c *kcluster) helmInstall(t *testing.T, release, chart, version string, extra ...string) {
+	t.Helper()
+	args := []string{"install", release, "oci://" + c.registry + "/charts/" + chart, "--version", version, "--plain-http",
+		"-n", clusterNS, "--wait", "--timeout", "5m"}
+	switch chart {
+	case "agentplane-crds":
+	case "agentplane", "event-emitter", "watch-gateway":
+		args = append(args, "--set", "image.registry="+c.registry, "--set", "redis.url="+c.redisURL)
+	default:
+		args = append(args, "--set", "image.registry="+c.registry)
+	}
+	start := time.Now()
+	if out, err := c.helm(append(args, extra...)...); err != nil {
+		pods, _ := c.kubectl("get", "pods", "-o", "wide")
+		t.Fatalf("helm install %s: %v\n%s\n%s", release, err, out, pods)
+	}
+	t.Logf("helm install %s %s: %s", release, version, time.Since(start).Round(time.Second))
+}
+
+// checkRelease: every Deployment of the release is Available on the real node, its pods Ready
+// with the image pulled from the registry at the release's tag, /readyz answering through the API
+// server; the controllers dial status-writer and event-emitter by DNS name with a projected
+// token, which those accept.
+func (c *kcluster) checkRelease(t *testing.T, release, version string, firstPull bool) {
+	t.Helper()
+	ctx := context.Background()
+	tag := strings.TrimPrefix(version[strings.Index(version, "-g"):], "-g")
+	deps, err := c.kube.AppsV1().Deployments(clusterNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	if err != nil || len(deps.Items) == 0 {
+		t.Fatalf("release %s has no Deployments (%v)", release, err)
+	}
+	for _, d := range deps.Items {
+		available := false
+		for _, cond := range d.Status.Conditions {
+			available = available || (cond.Type == "Available" && cond.Status == corev1.ConditionTrue)
+		}
+		if !available || d.Status.ReadyReplicas != *d.Spec.Replicas {
+			t.Errorf("Deployment %s: available %v, %d of %d ready", d.Name, available, d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		ctr := d.Spec.Template.Spec.Containers[0]
+		if rp := ctr.ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" {
+			t.Errorf("Deployment %s has readiness probe %+v, want GET /readyz", d.Name, rp)
+		}
+		sel := metav1.FormatLabelSelector(d.Spec.Selector)
+		pods, err := c.kube.CoreV1().Pods(clusterNS).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			cs := p.Status.ContainerStatuses
+			switch {
+			case p.Spec.NodeName != c.nodeName:
+				t.Errorf("pod %s runs on %s, want the real node %s", p.Name, p.Spec.NodeName, c.nodeName)
+			case !podReady(&p) || len(cs) == 0:
+				t.Errorf("pod %s not Ready", p.Name)
+			case !strings.HasPrefix(cs[0].Image, c.registry+"/agentplane/") || !strings.HasSuffix(cs[0].Image, ":"+tag) ||
+				!strings.HasPrefix(cs[0].ImageID, c.registry+"/agentplane/") || !strings.Contains(cs[0].ImageID, "@sha256:"):
+				t.Errorf("pod %s runs %s (%s), want it pulled from %s at tag %s", p.Name, cs[0].Image, cs[0].ImageID, c.registry, tag)
+			}
+			body, err := c.kube.CoreV1().RESTClient().Get().Namespace(clusterNS).Resource("pods").Name(p.Name + ":9090").
+				SubResource("proxy").Suffix("readyz").DoRaw(ctx)
+			if err != nil || !strings.Contains(string(body), "ok") {
+				t.Errorf("pod %s /readyz through the API server: %v %s", p.Name, err, body)
+			}
+		}
+		env := map[string]corev1.EnvVar{}
+		for _, e := range ctr.Env {
+			env[e.Name] = e
+		}
+		for _, name := range []string{"JANGAR_STATUS_WRITER_ADDR", "JANGAR_EVENT_EMITTER_ADDR"} {
+			e, ok := env[name]
+			if !ok {
+				continue
+			}
+			if host, _, _ := strings.Cut(e.Value, ":"); host == "" || strings.Trim(host, "0123456789.") == "" {
+				t.Errorf("Deployment %s dials %s=%q, want a Service's DNS name", d.Name, name, e.Value)
+			}
+			projected := false
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Projected != nil {
+					for _, s := range v.Projected.Sources {
+						projected = projected || (s.ServiceAccountToken != nil && s.ServiceAccountToken.Audience == "agentplane")
+					}
+				}
+			}
+			if !projected {
+				t.Errorf("Deployment %s calls %s without a projected token for audience agentplane", d.Name, name)
+			}
+		}
+	}
+	if firstPull {
+		evs, err := c.kube.CoreV1().Events(clusterNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=Pulled"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pulled := map[string]bool{}
+		re := regexp.MustCompile(`Successfully pulled image "([^"]+)"`)
+		for _, e := range evs.Items {
+			if m := re.FindStringSubmatch(e.Message); m != nil {
+				pulled[m[1]] = true
+			}
+		}
+		for _, svc := range services {
+			if img := c.registry + "/agentplane/" + svc + ":" + tag; !pulled[img] {
+				t.Errorf("no event says the node pulled %s (pulled: %v)", img, pulled)
+			}
+		}
+	}
+}
+
+// checkAuthDecisions: status-writer and event-emitter allowed the controllers' calls and refused
+// none (read from their metrics through the API server).
+func (c *kcluster) checkAuthDecisions(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, svc := range []string{"status-writer", "event-emitter"} {
+		pods, err := c.kube.CoreV1().Pods(clusterNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + svc})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("%s pods: %v", svc, err)
+		}
+		allowed := 0.0
+		for _, p := range pods.Items {
+			body, err := c.kube.CoreV1().RESTClient().Get().Namespace(clusterNS).Resource("pods").Name(p.Name + ":9090").
+				SubResource("proxy").Suffix("metrics").DoRaw(ctx)
+			if err != nil {
+				t.Fatalf("%s metrics: %v", p.Name, err)
+			}
+			for _, l := range strings.Split(string(body), "\n") {
+				var v float64
+				switch {
+				case strings.HasPrefix(l, `agentplane_grpc_auth_decisions_total{result="allowed"} `):
+					_, _ = fmt.Sscan(strings.Fields(l)[1], &v)
+					allowed += v
+				case strings.HasPrefix(l, "agentplane_grpc_auth_decisions_total{"):
+					if _, _ = fmt.Sscan(strings.Fields(l)[1], &v); v > 0 {
+						t.Errorf("%s refused calls: %s", p.Name, l)
+					}
+				}
+			}
+		}
+		if allowed == 0 {
+			t.Errorf("%s allowed no authenticated call: the controllers did not reach it", svc)
+		}
+	}
+}
+
+// checkExamples applies examples/ and waits for each run's phase; the pods ran on the real node
+// and `kubectl logs` shows the example agent's output; each run had one Job.
+func (c *kcluster) checkExamples(t *testing.T, jobs *jobRecorder) {
+	c.deleteRuns(t)
+	if out, err := c.kubectl("apply", "-f", "examples/"); err != nil {
+		t.Fatalf("kubectl apply -f examples/: %v\n%s", err, out)
+	}
+	want := map[string]string{"hello": "Succeeded", "hello-workflow": "Succeeded", "fails-on-purpose": "Failed"}
+	for name, phase := range want {
+		u := c.waitPhase(t, agentRunsGVR, name, phase, 3*time.Minute)
+		if n := jobs.count(string(u.GetUID())); (name == "hello-workflow" && n != 2) || (name != "hello-workflow" && n != 1) {
+			t.Errorf("%s had %d Jobs", name, n)
+		}
+	}
+	c.waitPhase(t, orchestrationRunsGVRc, "plan-and-implement-1", "Succeeded", 3*time.Minute)
+	if r := field(c.mustGet(t, agentRunsGVR, "fails-on-purpose"), "status", "reason"); r != "BackoffLimitExceeded" {
+		t.Errorf("fails-on-purpose ended with reason %q, want BackoffLimitExceeded", r)
+	}
+	hello := c.mustGet(t, agentRunsGVR, "hello")
+	job := field(hello, "status", "jobRef", "name")
+	out, err := c.kubectl("logs", "job/"+job)
+	if err != nil || !strings.Contains(out, "agent codex (provider codex-runner): run agents/hello starting") ||
+		!strings.Contains(out, "parameter ISSUE=42") || !strings.Contains(out, "exiting 0") {
+		t.Errorf("kubectl logs job/%s: %v\n%s", job, err, out)
+	}
+	pods, err := c.kube.CoreV1().Pods(clusterNS).List(context.Background(), metav1.ListOptions{LabelSelector: "agents.proompteng.ai/agent-run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]int32{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != c.nodeName {
+			t.Errorf("run pod %s ran on %s, not the real node", p.Name, p.Spec.NodeName)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				codes[p.Labels["agents.proompteng.ai/agent-run"]] = cs.State.Terminated.ExitCode
+			}
+		}
+	}
+	if codes["hello"] != 0 || codes["fails-on-purpose"] != 1 {
+		t.Errorf("containers' exit codes %v: want hello 0 and fails-on-purpose 1 (the annotation read through the downward API)", codes)
+	}
+	c.checkAuthDecisions(t)
+}
+
+func (c *kcluster) mustGet(t *testing.T, gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
+	t.Helper()
+	u, err := c.get(gvr, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// deleteRuns removes every run and its Jobs (a phase starts clean) and waits until they are gone.
+func (c *kcluster) deleteRuns(t *testing.T) {
+	t.Helper()
+	if out, err := c.kubectl("delete", "orchestrationruns,agentruns,orchestrations,agents", "--all", "--wait=true", "--timeout=2m"); err != nil {
+		t.Fatalf("delete runs: %v\n%s", err, out)
+	}
+	eventually(t, 2*time.Minute, "every run's Job gone", func() error {
+		out, err := c.kubectl("get", "jobs", "-l", "agents.proompteng.ai/agent-run", "-o", "name")
+		if err != nil || strings.TrimSpace(out) != "" {
+			return errorf("%v %s", err, out)
+		}
+		return nil
+	})
+}
+
+// checkLifecycle: a cancelled run ends Cancelled and its container stops at once (SIGTERM); a
+// finished run with ttlSecondsAfterFinished goes after it; a running run whose Job was deleted by
+// hand fails WorkflowJobMissing (after job-gc's grace).
+func (c *kcluster) checkLifecycle(t *testing.T) {
+	runDoc := func(name string, ann map[string]string, spec string) string {
+		var a []string
+		for k, v := range ann {
+			a = append(a, fmt.Sprintf("%q: %q", k, v))
+		}
+		return fmt.Sprintf(`apiVersion: agents.proompteng.ai/v1alpha1
+kind: AgentRun
+metadata: {name: %s, annotations: {%s}}
+spec: {agentRef: {name: codex}, runtime: {type: job}%s}
+`, name, strings.Join(a, ", "), spec)
+	}
+	long := map[string]string{"agentplane.dev/simulate-duration": "600s"}
+	docs := []string{runDoc("cancel-me", long, ""), runDoc("job-deleted", long, ""),
+		runDoc("retain-5s", map[string]string{"agentplane.dev/simulate-duration": "2s"}, ", ttlSecondsAfterFinished: 5")}
+	if out, err := c.kubectlIn(strings.Join(docs, "---\n"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	c.waitPhase(t, agentRunsGVR, "cancel-me", "Running", 2*time.Minute)
+	c.waitPhase(t, agentRunsGVR, "job-deleted", "Running", 2*time.Minute)
+	// The container of a Running run really runs: the agent's "working" lines.
+	eventually(t, time.Minute, "cancel-me's agent working", func() error {
+		out, err := c.kubectl("logs", "-l", "agents.proompteng.ai/agent-run=cancel-me")
+		if err != nil || !strings.Contains(out, "working: ") {
+			return errorf("%v %s", err, out)
+		}
+		return nil
+	})
+	if out, err := c.kubectl("delete", "jobs", "-l", "agents.proompteng.ai/agent-run=job-deleted", "--wait=false"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	cancelAt := time.Now()
+	if out, err := c.kubectl("patch", "agentrun", "cancel-me", "--type=merge", "-p", `{"spec":{"cancel":true}}`); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	c.waitPhase(t, agentRunsGVR, "cancel-me", "Cancelled", 2*time.Minute)
+	eventually(t, time.Minute, "cancel-me's pod gone", func() error {
+		out, err := c.kubectl("get", "pods", "-l", "agents.proompteng.ai/agent-run=cancel-me", "-o", "name")
+		if err != nil || strings.TrimSpace(out) != "" {
+			return errorf("%v %s", err, out)
+		}
+		return nil
+	})
+	// The agent stops on SIGTERM: the pod goes well before its 30 s grace period.
+	if took := time.Since(cancelAt); took > 25*time.Second {
+		t.Errorf("cancel-me's pod took %s to go after the cancel: the container did not stop on SIGTERM", took.Round(time.Second))
+	}
+	c.waitPhase(t, agentRunsGVR, "retain-5s", "Succeeded", 2*time.Minute)
+	eventually(t, 2*time.Minute, "retain-5s deleted after its retention", func() error {
+		if _, err := c.get(agentRunsGVR, "retain-5s"); err == nil {
+			return errorf("still there")
+		}
+		return nil
+	})
+	u := c.waitPhase(t, agentRunsGVR, "job-deleted", "Failed", 3*time.Minute)
+	if r := field(u, "status", "reason"); r != "WorkflowJobMissing" {
+		t.Errorf("job-deleted ended with reason %q, want WorkflowJobMissing", r)
+	}
+	if out, _ := c.kubectl("get", "events", "--field-selector", "reason=WorkflowJobMissing,involvedObject.name=job-deleted", "-o", "name"); strings.TrimSpace(out) == "" {
+		t.Error("no WorkflowJobMissing event for job-deleted")
+	}
+}
+
+func (c *kcluster) helmTest(t *testing.T, release string) {
+	t.Helper()
+	if out, err := c.helm("test", release, "-n", clusterNS, "--timeout", "3m"); err != nil || !strings.Contains(out, "Phase:          Succeeded") {
+		t.Errorf("helm test %s: %v\n%s", release, err, out)
+	}
+}
+
+// prepareNotes makes what the NOTES' commands act on: the examples' Agent, an OrchestrationRun to
+// cancel (<name>), and no RoleBinding a NOTES command creates.
+func (c *kcluster) prepareNotes(t *testing.T) {
+	t.Helper()
+	_, _ = c.kubectl("delete", "rolebinding", "status-viewer-me", "console-me", "--ignore-not-found")
+	doc := `apiVersion: orchestration.proompteng.ai/v1alpha1
+kind: OrchestrationRun
+metadata: {name: notes-cancel, annotations: {agentplane.dev/simulate-duration: 600s}}
+spec: {orchestrationRef: {name: plan-and-implement}}
+`
+	if out, err := c.kubectl("apply", "-f", "examples/agent.yaml", "-f", "examples/orchestration.yaml"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	_, _ = c.kubectl("delete", "orchestrationrun", "notes-cancel", "--ignore-not-found", "--wait=true")
+	if out, err := c.kubectlIn(doc, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+}
+
+// uninstall removes the releases and checks that no Job is left held by job-gc's finalizer and
+// that no cluster-scoped object the releases made is left.
+func (c *kcluster) uninstall(t *testing.T, before map[string]bool, releases ...string) {
+	t.Helper()
+	c.deleteRuns(t)
+	for _, r := range releases {
+		if out, err := c.helm("uninstall", r, "-n", clusterNS, "--wait", "--timeout", "3m"); err != nil {
+			t.Fatalf("helm uninstall %s: %v\n%s", r, err, out)
+		}
+	}
+	out, err := c.kubectl("get", "jobs", "-A", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jl struct {
+		Items []struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &jl); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jl.Items {
+		for _, f := range j.Metadata.Finalizers {
+			if f == "agents.proompteng.ai/job-result" {
+				t.Errorf("Job %s/%s is still held by %s after uninstall", j.Metadata.Namespace, j.Metadata.Name, f)
+			}
+		}
+	}
+	after := c.clusterObjects(t)
+	var stray []string
+	for o := range after {
+		if !before[o] {
+			stray = append(stray, o)
+		}
+	}
+	sort.Strings(stray)
+	if len(stray) > 0 {
+		t.Errorf("cluster-scoped objects left after uninstalling %v: %v", releases, stray)
+	}
+	for _, kind := range []string{"deployments", "services", "serviceaccounts", "roles", "rolebindings", "configmaps", "secrets", "networkpolicies", "poddisruptionbudgets"} {
+		out, err := c.kubectl("get", kind, "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name")
+		if err != nil || strings.TrimSpace(out) != "" {
+			t.Errorf("%s left in %s after uninstall: %v %s", kind, clusterNS, err, out)
+		}
+	}
+}
+
+// bulkAgent is an Agent whose runs go to kwok's node (its nodeSelector and toleration): the
+// real node's kubelet holds 110 pods.
+const bulkAgent = `apiVersion: agents.proompteng.ai/v1alpha1
+kind: Agent
+metadata: {name: bulk}
+spec:
+  providerRef: {name: bulk}
+  defaults:
+    retryLimit: 0
+    nodeSelector: {type: kwok}
+    tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
+`
+
+// createBulk creates n runs of the bulk Agent labelled batch=prefix, lasting d; every tenth fails.
+func (c *kcluster) createBulk(t *testing.T, prefix string, n int, d string) {
+	t.Helper()
+	if out, err := c.kubectlIn(bulkAgent, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	api := c.dyn.Resource(agentRunsGVR).Namespace(clusterNS)
+	testenv.Parallel(t, n, 8, func(i int) error {
+		ann := map[string]any{"agentplane.dev/simulate-duration": d}
+		if i%10 == 0 {
+			ann["agentplane.dev/simulate-exit-code"] = "1"
+		}
+		_, err := api.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "agents.proompteng.ai/v1alpha1", "kind": "AgentRun",
+			"metadata": map[string]any{"name": fmt.Sprintf("%s-%03d", prefix, i), "labels": map[string]any{"batch": prefix}, "annotations": ann},
+			"spec":     map[string]any{"agentRef": map[string]any{"name": "bulk"}, "runtime": map[string]any{"type": "job"}},
+		}}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// checkBulk waits for the batch to end and checks each run: Failed (BackoffLimitExceeded) for
+// every tenth, Succeeded (Completed) for the rest, its pod on kwok's node, one Job, its result
+// recorded (jobRef and finishedAt).
+func (c *kcluster) checkBulk(t *testing.T, prefix string, n int, jobs *jobRecorder) {
+	t.Helper()
+	api := c.dyn.Resource(agentRunsGVR).Namespace(clusterNS)
+	var items []unstructured.Unstructured
+	eventually(t, 6*time.Minute, prefix+" runs all finished", func() error {
+		l, err := api.List(context.Background(), metav1.ListOptions{LabelSelector: "batch=" + prefix})
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, it := range l.Items {
+			switch field(&it, "status", "phase") {
+			case "Succeeded", "Failed", "Cancelled":
+				done++
+			}
+		}
+		if done < n {
+			return errorf("%d of %d finished", done, n)
+		}
+		items = l.Items
+		return nil
+	})
+	for _, it := range items {
+		var i int
+		_, _ = fmt.Sscanf(strings.TrimPrefix(it.GetName(), prefix+"-"), "%d", &i)
+		want, reason := "Succeeded", "Completed"
+		if i%10 == 0 {
+			want, reason = "Failed", "BackoffLimitExceeded"
+		}
+		if p, r := field(&it, "status", "phase"), field(&it, "status", "reason"); p != want || r != reason {
+			t.Errorf("%s ended %s/%s, want %s/%s", it.GetName(), p, r, want, reason)
+		}
+		if field(&it, "status", "jobRef", "name") == "" || field(&it, "status", "finishedAt") == "" {
+			t.Errorf("%s has no recorded result: %v", it.GetName(), it.Object["status"])
+		}
+		if k := jobs.count(string(it.GetUID())); k != 1 {
+			t.Errorf("%s had %d Jobs, want 1", it.GetName(), k)
+		}
+	}
+}
+
+// checkUpgrade installs the previous commit's chart and images, starts 100 runs on kwok's node,
+// upgrades to this commit's while they run (old and new pods overlap), and checks every run's
+// end; then, with two replicas of each controller, deletes each leader's pod while 100 more runs
+// are in flight.
+func (c *kcluster) checkUpgrade(t *testing.T, version string, jobs *jobRecorder) {
+	prevVersion := c.pushPrevious(t)
+	before := c.clusterObjects(t)
+	c.helmInstall(t, "agentplane", "agentplane", prevVersion)
+	const n = 100
+	c.createBulk(t, "upgrade", n, "40s")
+	eventually(t, 2*time.Minute, "the runs in flight", func() error {
+		out, err := c.kubectl("get", "agentruns", "-l", "batch=upgrade", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
+		if err != nil || strings.Count(out, "Running") < n/2 {
+			return errorf("%v: %d running", err, strings.Count(out, "Running"))
+		}
+		return nil
+	})
+	start := time.Now()
+	if out, err := c.helm("upgrade", "agentplane", "oci://"+c.registry+"/charts/agentplane", "--version", version, "--plain-http",
+		"-n", clusterNS, "--reuse-values", "--wait", "--timeout", "5m"); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	t.Logf("helm upgrade %s -> %s with %d runs in flight: %s", prevVersion, version, n, time.Since(start).Round(time.Second))
+	c.checkRelease(t, "agentplane", version, false)
+	c.checkBulk(t, "upgrade", n, jobs)
+
+	// Two replicas of each controller; the leader's pod deleted while runs are in flight.
+	controllers := []string{"run-controller", "job-gc", "cancel-propagator"}
+	args := []string{"upgrade", "agentplane", "oci://" + c.registry + "/charts/agentplane", "--version", version, "--plain-http",
+		"-n", clusterNS, "--reuse-values", "--wait", "--timeout", "5m"}
+	for _, s := range controllers {
+		args = append(args, "--set", s+".replicaCount=2")
+	}
+	if out, err := c.helm(args...); err != nil {
+		t.Fatalf("helm upgrade (2 replicas): %v\n%s", err, out)
+	}
+	c.createBulk(t, "leaders", n, "30s")
+	for _, s := range controllers {
+		lease := "agentplane-" + s
+		holder := c.leaseHolder(t, lease)
+		if out, err := c.kubectl("delete", "pod", holder, "--wait=false"); err != nil {
+			t.Fatalf("delete %s's leader %s: %v\n%s", s, holder, err, out)
+		}
+		eventually(t, 2*time.Minute, s+"'s lease taken over", func() error {
+			if h := c.leaseHolder(t, lease); h == holder || h == "" {
+				return errorf("held by %q", h)
+			}
+			return nil
+		})
+		t.Logf("%s: leader %s deleted, lease now held by %s", s, holder, c.leaseHolder(t, lease))
+	}
+	c.checkBulk(t, "leaders", n, jobs)
+	c.uninstall(t, before, "agentplane")
+}
+
+func (c *kcluster) leaseHolder(t *testing.T, name string) string {
+	t.Helper()
+	l, err := c.kube.CoordinationV1().Leases(clusterNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// pushPrevious builds the previous commit's images and charts (from a worktree of it, with this
+// tree's build scripts) and pushes them; it returns their chart version.
+func (c *kcluster) pushPrevious(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", c.root, "rev-parse", "--short", "HEAD~1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the previous commit (a shallow clone has none; fetch more history): %v %s", err, out)
+	}
+	prev := strings.TrimSpace(string(out))
+	wt := filepath.Join(t.TempDir(), "previous")
+	if out, err := exec.Command("git", "-C", c.root, "worktree", "add", "--detach", wt, prev).CombinedOutput(); err != nil {
+		t.Fatalf("git worktree add %s: %v %s", prev, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("git", "-C", c.root, "worktree", "remove", "--force", wt).Run() })
+	version := "0.1.0-g" + prev
+	start := time.Now()
+	for _, script := range []string{"hack/images.sh", "hack/charts.sh"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		cmd := exec.CommandContext(ctx, filepath.Join(c.root, script))
+		cmd.Env = append(c.environ(), "SRC="+wt, "PUSH=1", "BIN="+filepath.Join(wt, "bin"), "SERVICES="+strings.Join(append(append([]string{}, services...), "agentctl"), " "),
+			"IMAGE_TAG="+prev, "IMAGE_REGISTRY="+c.registry, "REGISTRY="+c.registry, "LDFLAGS=-s -w -X github.com/agentplane/agentplane/libs/app.Version="+prev,
+			"HELM="+filepath.Join(c.root, helmPath), "CHART_VERSION="+version, "APP_VERSION="+prev, "OUT="+filepath.Join(wt, "bin", "charts"))
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s for the previous commit %s: %v\n%s", script, prev, err, out)
+		}
+	}
+	t.Logf("the previous commit %s's images and charts pushed: %s", prev, time.Since(start).Round(time.Second))
+	return version
+}
