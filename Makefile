@@ -297,7 +297,7 @@ test-stress: envtest-bin ## The integration tier ROUNDS times (default 5) in a r
 	@PKGS="$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))" ROUNDS=$(or $(ROUNDS),5) hack/test-stress.sh
 
 .PHONY: test-e2e
-test-e2e: tools tools-jaeger build ## End-to-end: the local control plane, service containers, and the whole system in containers with Jaeger, TestWholeSystem beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
+test-e2e: tools tools-jaeger tools-cluster build ## End-to-end: the local control plane, service containers, the whole system in containers with Jaeger, and helm installs on a real node (make cluster-up; needs root), TestWholeSystem and the real-node tests beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
 	@echo ">> test-e2e $$(date +%T)"
 	cd e2e && go test -count=1 ./cmd/...
 	hack/test-e2e.sh
@@ -362,6 +362,10 @@ cluster-up: ## make up's control plane (no services), Redis, a registry and a re
 .PHONY: cluster-down
 cluster-down: ## Stop everything make cluster-up started; leaves no pod, mount, interface, iptables rule or process behind (keeps .cluster/).
 	@LOCAL_DIR=$(CLUSTER_DIR) CRICTL=$(CRICTL) hack/cluster/down.sh
+
+.PHONY: cluster-env
+cluster-env: ## Print the cluster's KUBECONFIG, PATH (kubectl, helm, agentctl), REGISTRY and REDIS_URL for a shell: eval "$$(make -s cluster-env)".
+	@LOCAL_DIR=$(CLUSTER_DIR) KUBE_DIR=$(KUBE_DIR) HELM=$(HELM) hack/cluster/env.sh
 
 .PHONY: cluster-status
 cluster-status: ## Show what make cluster-up is running.

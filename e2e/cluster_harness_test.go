@@ -118,12 +118,28 @@ func (c *kcluster) make(target string, vars ...string) (string, error) {
 // cmd runs a command with the cluster's environment (KUBECONFIG, the tools on PATH), from the
 // repository's root, as a user following the README would.
 func (c *kcluster) cmd(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.CommandContext(ctx, c.lookPath(name), args...)
 	cmd.Dir = c.root
 	cmd.Env = c.environ()
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// lookPath finds a command in the cluster's tool folders first (exec.Command looks in the test
+// process's PATH, not the command's).
+func (c *kcluster) lookPath(name string) string {
+	if strings.Contains(name, "/") {
+		return name
+	}
+	for _, d := range strings.Split(c.binDirs, ":") {
+		if p := filepath.Join(d, name); fileExists(p) {
+			return p
+		}
+	}
+	return name
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func (c *kcluster) environ() []string {
 	return append(append(os.Environ(), c.env...), "KUBECONFIG="+c.kubeconfig, "PATH="+c.binDirs+":"+os.Getenv("PATH"))
@@ -138,7 +154,7 @@ func (c *kcluster) kubectl(args ...string) (string, error) {
 func (c *kcluster) kubectlIn(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"-n", clusterNS}, args...)...)
+	cmd := exec.CommandContext(ctx, c.lookPath("kubectl"), append([]string{"-n", clusterNS}, args...)...)
 	cmd.Dir, cmd.Env, cmd.Stdin = c.root, c.environ(), strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -327,4 +343,61 @@ func (c *kcluster) clusterObjects(t *testing.T) map[string]bool {
 		}
 	}
 	return objs
+}
+
+// readmeInstall returns the commands of README.md's "Install on a cluster" block (the first
+// bash block of that section), continuation lines joined, without `make cluster-up`, which the
+// harness ran with the same settings.
+func readmeInstall(t *testing.T, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Install on a cluster\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Install on a cluster" section`)
+	}
+	_, block, ok := strings.Cut(sec, "```bash\n")
+	if !ok {
+		t.Fatal(`README.md's "Install on a cluster" has no bash block`)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var cmds []string
+	cur := ""
+	for _, l := range strings.Split(block, "\n") {
+		if strings.HasSuffix(strings.TrimSpace(l), "\\") {
+			cur += strings.TrimSuffix(strings.TrimSpace(l), "\\") + " "
+			continue
+		}
+		l = cur + l
+		cur = ""
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "make cluster-up") {
+			continue
+		}
+		cmds = append(cmds, l)
+	}
+	return cmds
+}
+
+// runReadme runs README.md's install commands in one shell, as a user pasting them would (the
+// cluster's settings in the environment, CLUSTER_DIR naming its folder), each of which must succeed.
+func (c *kcluster) runReadme(t *testing.T) {
+	t.Helper()
+	cmds := readmeInstall(t, c.root)
+	script := "set -euo pipefail\n"
+	for _, l := range cmds {
+		script += fmt.Sprintf("echo %q\n%s\n", "$ "+l, l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir, cmd.Env = c.root, append(c.environ(), "CLUSTER_DIR="+c.dir)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		pods, _ := c.kubectl("get", "pods", "-o", "wide")
+		t.Fatalf("README.md's install commands: %v\n%s\n%s", err, out, pods)
+	}
+	t.Logf("README.md's %d install commands: %s", len(cmds), time.Since(start).Round(time.Second))
 }

@@ -38,12 +38,15 @@ func TestClusterInstall(t *testing.T) {
 	if !t.Run("the node runs real containers beside kwok's", c.checkNodes) {
 		return
 	}
-	version := c.pushCurrent(t)
 	jobs := recordJobs(t, c.kube, clusterNS)
+	var version string
 
 	if !t.Run("one release from the registry", func(t *testing.T) {
 		before := c.clusterObjects(t)
-		c.helmInstall(t, "agentplane", "agentplane", version)
+		// README.md's commands: make push, helm install from oci:// with the registry and
+		// Redis given, the examples, their logs, helm test.
+		c.runReadme(t)
+		version = c.chartVersion(t)
 		c.checkRelease(t, "agentplane", version, true)
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
 		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
@@ -136,14 +139,9 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// pushCurrent pushes this tree's images and charts with `make push` and returns the charts' version.
-func (c *kcluster) pushCurrent(t *testing.T) string {
+// chartVersion is the version `make push` gave this tree's charts.
+func (c *kcluster) chartVersion(t *testing.T) string {
 	t.Helper()
-	start := time.Now()
-	if out, err := c.make("push", "REGISTRY="+c.registry); err != nil {
-		t.Fatalf("make push: %v\n%s", err, out)
-	}
-	t.Logf("make push: %s", time.Since(start).Round(time.Second))
 	out, err := c.make("chart-version")
 	if err != nil {
 		t.Fatal(err, out)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the e2e suite (e2e/, build tag e2e) as two processes side by side: TestWholeSystem (the
-# system in containers under faults, about half of the suite's time, mostly spent waiting on the
-# system) and every other test. Each uses its own ports (AGENTPLANE_PORT_OFFSET 6000 against
-# 1000/3000), Docker network and temporary folders, so they do not meet. The whole-system lines
-# are prefixed "[system] " (and kept unprefixed in $E2E_SYSTEM_LOG when set).
+# Runs the e2e suite (e2e/, build tag e2e) as three processes side by side: TestWholeSystem (the
+# system in containers under faults, mostly spent waiting on the system), the tests on the
+# real-node cluster (make cluster-up: TestClusterInstall, TestTiltfileOnTheRealNode; the helm
+# installs an operator does, mostly spent waiting on pods), and every other test. Each uses its
+# own ports (AGENTPLANE_PORT_OFFSET 6000 and 8000/9000 against 1000 to 5000), Docker network,
+# node network and temporary folders, so they do not meet. The whole-system lines are prefixed
+# "[system] " (and kept unprefixed in $E2E_SYSTEM_LOG when set), the cluster's "[cluster] ".
 #
 #   AGENTPLANE_E2E_SERIAL=1   one process, one test after another (as `go test` runs them)
 #   E2E_RUN=regexp            only the tests it matches (passed to -test.run), in one process
@@ -20,12 +22,18 @@ if [ -n "${E2E_RUN:-}" ] || [ -n "${AGENTPLANE_E2E_SERIAL:-}" ]; then
 fi
 
 log=${E2E_SYSTEM_LOG:-/dev/null}
+cluster_tests='^(TestClusterInstall|TestTiltfileOnTheRealNode)$'
 ( "$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.run '^TestWholeSystem$' 2>&1 | tee "$log" | sed -u 's/^/[system] /'
   exit "${PIPESTATUS[0]}" ) &
 system=$!
-"$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.skip '^TestWholeSystem$'
+( "$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.run "$cluster_tests" 2>&1 | sed -u 's/^/[cluster] /'
+  exit "${PIPESTATUS[0]}" ) &
+cluster=$!
+"$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.skip "^TestWholeSystem\$|$cluster_tests"
 rest=$?
 wait "$system"
 sys=$?
-echo "e2e: TestWholeSystem exit $sys, the other tests exit $rest"
-[ "$sys" -eq 0 ] && [ "$rest" -eq 0 ]
+wait "$cluster"
+clu=$?
+echo "e2e: TestWholeSystem exit $sys, the real-node cluster's tests exit $clu, the other tests exit $rest"
+[ "$sys" -eq 0 ] && [ "$clu" -eq 0 ] && [ "$rest" -eq 0 ]

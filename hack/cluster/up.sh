@@ -157,6 +157,16 @@ server = "http://$HOST_IP:$REGISTRY_PORT"
 [host."http://$HOST_IP:$REGISTRY_PORT"]
   capabilities = ["pull", "resolve"]
 EOF
+# Images named after Docker Hub are looked up in the local registry first, as a pull-through
+# mirror is in an air-gapped cluster (this machine reaches no public registry): what is pushed
+# there as library/redis:7.4 answers for redis:7.4.
+mkdir -p "$NODE_DIR/certs.d/docker.io"
+put "$NODE_DIR/certs.d/docker.io/hosts.toml" <<EOF
+server = "https://registry-1.docker.io"
+
+[host."http://$HOST_IP:$REGISTRY_PORT"]
+  capabilities = ["pull", "resolve"]
+EOF
 put "$NODE_DIR/containerd.toml" <<EOF
 version = 2
 root = "$NODE_DIR/containerd"
@@ -291,6 +301,21 @@ timed node node_up
 # The kwok node keeps bulk run pods (the kubelet holds 110): only pods that tolerate its taint
 # land there; everything else goes to the real node.
 "${KUBECTL[@]}" taint node kwok-node-0 kwok.x-k8s.io/node=fake:NoSchedule --overwrite >/dev/null
+
+# The registry, announced as KEP-1755 describes (what Tilt and other dev tools read to know where
+# to push, and how the node names it).
+"${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-registry-hosting
+  namespace: kube-public
+data:
+  localRegistryHosting.v1: |
+    host: "$REGISTRY"
+    hostFromContainerRuntime: "$REGISTRY"
+    help: "make push REGISTRY=$REGISTRY pushes agentplane's images and charts (README, Install on a cluster)"
+EOF
 
 # --- CoreDNS, behind the cluster DNS Service IP the kubelet hands to pods ---
 dns_up() {
