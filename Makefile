@@ -75,7 +75,9 @@ KUBE_VERSION_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean)
 
 SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator watch-gateway agentctl
-MODULES  := libs proto e2e $(addprefix services/,$(SERVICES))
+MODULES  := libs proto e2e examples/agent $(addprefix services/,$(SERVICES))
+# Modules of our own code outside the workspace (built with GOWORK=off, for make cluster-up).
+TOOL_MODULES := hack/tools/registry hack/tools/coredns hack/cluster/pause
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/agentplane/agentplane/libs/app.Version=$(VERSION)
 # make images / make push: images are tagged with the commit (IMAGE_TAG), and the charts packaged
@@ -257,10 +259,12 @@ build-alone: ## Build each service with GOWORK=off, as its container image does.
 
 .PHONY: lint
 lint: $(BUF) $(GOLANGCI_LINT) vulncheck ## gofmt, go vet, golangci-lint (.golangci.yml) and govulncheck over every module, and buf lint over the .proto files.
-	@out=$$("$$(go env GOROOT)/bin/gofmt" -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$("$$(go env GOROOT)/bin/gofmt" -l $(MODULES) $(TOOL_MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && go vet -tags 'integration e2e' ./...); done
+	@for m in $(TOOL_MODULES); do (cd $$m && GOWORK=off go vet ./...); done
 	@cd proto && $(BUF) lint
 	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...) || { echo "golangci-lint: findings in $$m"; exit 1; }; done
+	@for m in $(TOOL_MODULES); do (cd $$m && GOWORK=off $(GOLANGCI_LINT) run ./...) || { echo "golangci-lint: findings in $$m"; exit 1; }; done
 
 # Part of lint. Against the pinned database, go1.26.8 (this machine's own Go) has standard-library
 # vulnerabilities; GOTOOLCHAIN above picks a Go without them.

@@ -44,6 +44,8 @@ type kcluster struct {
 	registry   string // where images and charts are pushed (loopback)
 	hostIP     string // the host's address on the node's link: pods reach Redis there
 	redisURL   string
+	name       string // AGENTPLANE_CLUSTER_NAME
+	net        int    // AGENTPLANE_CLUSTER_NET
 	nodeName   string
 	binDirs    string // kubectl, helm and agentctl, for PATH
 	kube       kubernetes.Interface
@@ -66,6 +68,7 @@ func startCluster(t *testing.T) *kcluster {
 			fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", clusterOffset)},
 		registry: fmt.Sprintf("127.0.0.1:%d", 15000+clusterOffset),
 		hostIP:   fmt.Sprintf("10.250.%d.1", clusterNet),
+		name:     clusterName, net: clusterNet,
 		nodeName: clusterName + "-node",
 	}
 	c.redisURL = fmt.Sprintf("redis://%s:%d/0", c.hostIP, 16379+clusterOffset)
@@ -233,14 +236,14 @@ func readHostState(t *testing.T) hostState {
 func (c *kcluster) leftovers(t *testing.T) []string {
 	t.Helper()
 	var left []string
-	runRoot := "/run/" + clusterName + "/"
+	runRoot := "/run/" + c.name + "/"
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(mi), "\n") {
 		f := strings.Fields(l)
-		if len(f) > 4 && (strings.HasPrefix(f[4], c.dir+"/") || strings.HasPrefix(f[4], runRoot) || f[4] == "/run/netns/"+clusterName+"-node") {
+		if len(f) > 4 && (strings.HasPrefix(f[4], c.dir+"/") || strings.HasPrefix(f[4], runRoot) || f[4] == "/run/netns/"+c.name+"-node") {
 			left = append(left, "mount "+f[4])
 		}
 	}
@@ -261,13 +264,13 @@ func (c *kcluster) leftovers(t *testing.T) []string {
 			continue
 		}
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "KUBE-") || strings.Contains(l, "CNI-") || strings.Contains(l, fmt.Sprintf("10.244.%d.", clusterNet)) ||
-				strings.Contains(l, fmt.Sprintf("10.250.%d.", clusterNet)) {
+			if strings.Contains(l, "KUBE-") || strings.Contains(l, "CNI-") || strings.Contains(l, fmt.Sprintf("10.244.%d.", c.net)) ||
+				strings.Contains(l, fmt.Sprintf("10.250.%d.", c.net)) {
 				left = append(left, tool+": "+l)
 			}
 		}
 	}
-	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/" + clusterName)
+	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/" + c.name)
 	for _, cg := range cgs {
 		left = append(left, "cgroup "+cg)
 	}

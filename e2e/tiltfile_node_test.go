@@ -118,7 +118,8 @@ func (u *tiltUp) exec(t *testing.T) {
 		"blob": fn("blob", func(args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
 			return tiltBlob(strOf(args[0])), nil
 		}),
-		// Tilt's helm() is `helm template` with the CRDs included.
+		// Tilt's helm() is `helm template` with the CRDs included and the chart's test hooks
+		// (helm test's pods) left out.
 		"helm": fn("helm", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			a := []string{"template", strOf(kwarg(kwargs, "name")), strOf(args[0]), "--include-crds"}
 			if ns := strOf(kwarg(kwargs, "namespace")); ns != "" {
@@ -134,7 +135,18 @@ func (u *tiltUp) exec(t *testing.T) {
 			if err != nil {
 				return nil, fmt.Errorf("helm %v: %v\n%s", a, err, out)
 			}
-			return tiltBlob(out), nil
+			var keep []string
+			for _, doc := range docSeparator.Split(out, -1) {
+				var m map[string]any
+				if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+					return nil, err
+				}
+				if hook, _ := at(m, "metadata", "annotations", "helm.sh/hook").(string); strings.Contains(hook, "test") {
+					continue
+				}
+				keep = append(keep, doc)
+			}
+			return tiltBlob(strings.Join(keep, "\n---\n")), nil
 		}),
 		"k8s_yaml": fn("k8s_yaml", func(args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
 			var files []string
@@ -429,8 +441,9 @@ func (c *kcluster) pushDockerHubMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	for f, dir := range map[string]string{"redis.yaml": redis.Context, "jaeger.yaml": jaegerDir} {
+		// Docker Hub's official images live under library/.
 		ref := refs[f]
-		if !strings.Contains(strings.SplitN(ref, "/", 2)[0], ".") && strings.Count(ref, "/") == 0 {
+		if !strings.Contains(ref, "/") {
 			ref = "library/" + ref
 		}
 		pushed := c.registry + "/" + ref
