@@ -28,6 +28,9 @@ PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 JAEGER_VERSION             ?= v1.76.0
 CRICTL_VERSION             ?= v1.37.0
+# NetworkPolicy on make cluster-up's node (its firewall only). v2.1.0 is the version the module
+# proxy serves; security advisories are reported against it: it runs only on the local test node.
+KUBE_ROUTER_VERSION        ?= v2.1.0
 GOLANGCI_LINT_VERSION      ?= v2.15.0
 GOVULNCHECK_VERSION        ?= v1.9.0
 # The Go vulnerability database as the golang.org/x/vulndb module holds it (its OSV reports), at a
@@ -60,6 +63,7 @@ REGISTRY_VERSION   := $(shell awk '/^require github.com\/distribution\/distribut
 COREDNS            := $(TOOLS)/coredns/$(COREDNS_VERSION)/coredns
 REGISTRY_BIN       := $(TOOLS)/registry/$(REGISTRY_VERSION)/registry
 CRICTL             := $(TOOLS)/crictl/$(CRICTL_VERSION)/crictl
+KUBE_ROUTER        := $(TOOLS)/kube-router/$(KUBE_ROUTER_VERSION)/kube-router
 PAUSE              := $(BIN)/cluster/pause
 # golangci-lint must be built by a Go at least as new as the one whose packages it loads.
 GOLANGCI_LINT      := $(TOOLS)/golangci-lint/$(GOLANGCI_LINT_VERSION)-$(GOTOOLCHAIN)/golangci-lint
@@ -117,7 +121,7 @@ tools: tools-up $(CONTROLLER_GEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_G
 tools-up: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) ## Build only the tools make up runs (etcd, the Kubernetes control plane, kubectl, kwok).
 
 .PHONY: tools-cluster
-tools-cluster: tools-up $(KUBELET) $(KUBE_PROXY) $(CRICTL) $(COREDNS) $(REGISTRY_BIN) $(PAUSE) $(HELM) ## Build what make cluster-up adds: kubelet, kube-proxy, crictl, CoreDNS, the registry, the pause binary (and helm, to install).
+tools-cluster: tools-up $(KUBELET) $(KUBE_PROXY) $(CRICTL) $(COREDNS) $(REGISTRY_BIN) $(PAUSE) $(KUBE_ROUTER) $(HELM) ## Build what make cluster-up adds: kubelet, kube-proxy, crictl, CoreDNS, the registry, the pause binary, kube-router (and helm, to install).
 
 .PHONY: tools-jaeger
 tools-jaeger: $(JAEGER) ## Build Jaeger (all-in-one, OTLP on 4317/4318, UI on 16686) for local tracing.
@@ -147,6 +151,9 @@ $(REGISTRY_BIN): hack/tools/registry/go.mod hack/tools/registry/go.sum hack/tool
 
 $(CRICTL):
 	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
+
+$(KUBE_ROUTER):
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$(KUBE_ROUTER_VERSION)
 
 $(PAUSE): hack/cluster/pause/main.go hack/cluster/pause/go.mod
 	cd hack/cluster/pause && GOWORK=off GOOS=linux go build -trimpath -ldflags '-s -w' -o $@ .
@@ -359,7 +366,7 @@ CLUSTER_DIR ?= $(ROOT)/.cluster
 cluster-up: ## make up's control plane (no services), Redis, a registry and a real node (kubelet, containerd, kube-proxy, CoreDNS) beside kwok's; needs root and Docker. Then install the charts (README, "Install on a cluster").
 	@t0=$$SECONDS; $(call step,deps-cluster); $(call step,tools-cluster); \
 	  t=$$SECONDS; LOCAL_DIR=$(CLUSTER_DIR) KUBE_DIR=$(KUBE_DIR) ETCD=$(ETCD) KWOK=$(KWOK) KWOK_STAGES=$(dir $(KWOK_STAGES)) \
-	  TOOLS=$(TOOLS) REGISTRY_BIN=$(REGISTRY_BIN) COREDNS_BIN=$(COREDNS) COREDNS_VERSION=$(COREDNS_VERSION) PAUSE_BIN=$(PAUSE) CRICTL=$(CRICTL) \
+	  TOOLS=$(TOOLS) REGISTRY_BIN=$(REGISTRY_BIN) COREDNS_BIN=$(COREDNS) COREDNS_VERSION=$(COREDNS_VERSION) PAUSE_BIN=$(PAUSE) CRICTL=$(CRICTL) KUBE_ROUTER=$(KUBE_ROUTER) \
 	  SERVICES_BIN=$(BIN) hack/cluster/up.sh; \
 	  echo ">> start: $$((SECONDS - t)) s; make cluster-up in all: $$((SECONDS - t0)) s"
 

@@ -75,6 +75,7 @@ func TestClusterInstall(t *testing.T) {
 		for _, r := range releases[1:] {
 			c.helmTest(t, r)
 		}
+		t.Run("NetworkPolicy: only the chart's peers reach a service", func(t *testing.T) { c.checkNetworkPolicy(t, version) })
 		t.Run("every command the NOTES print works", func(t *testing.T) {
 			c.prepareNotes(t)
 			for _, r := range releases {
@@ -682,4 +683,77 @@ func (c *kcluster) pushPrevious(t *testing.T) string {
 	}
 	t.Logf("the previous commit %s's images and charts pushed: %s", prev, time.Since(start).Round(time.Second))
 	return version
+}
+
+// probeFrom runs a pod labelled app.kubernetes.io/name=label with status-writer's image and its
+// `probe` subcommand against status-writer's gRPC health and reports whether it answered.
+func (c *kcluster) probeFrom(t *testing.T, name, label, image string) (bool, string) {
+	t.Helper()
+	_, _ = c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
+	doc := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, labels: {app.kubernetes.io/name: %s}}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: probe
+    image: %s
+    args: [probe, --timeout=5s, status-writer.%s.svc:50051]
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+`, name, label, image, clusterNS)
+	if out, err := c.kubectlIn(doc, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	var phase string
+	eventually(t, 90*time.Second, name+" finished", func() error {
+		out, err := c.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}")
+		if phase = strings.TrimSpace(out); err != nil || (phase != "Succeeded" && phase != "Failed") {
+			return errorf("%v %q", err, phase)
+		}
+		return nil
+	})
+	logs, _ := c.kubectl("logs", name)
+	_, _ = c.kubectl("delete", "pod", name, "--wait=false")
+	return phase == "Succeeded", logs
+}
+
+// checkNetworkPolicy: with status-writer's networkPolicy.enabled, the node's policy agent
+// (kube-router's firewall) lets the chart's peers (the controllers, watch-gateway, helm test)
+// reach its gRPC port and refuses any other pod; before, any pod reached it. Runs still go
+// through, and the kubelet's probes still pass.
+func (c *kcluster) checkNetworkPolicy(t *testing.T, version string) {
+	tag := strings.TrimPrefix(version[strings.Index(version, "-g"):], "-g")
+	image := c.registry + "/agentplane/status-writer:" + tag
+	if ok, logs := c.probeFrom(t, "np-intruder", "intruder", image); !ok {
+		t.Fatalf("without a NetworkPolicy a pod could not reach status-writer: %s", logs)
+	}
+	if out, err := c.helm("upgrade", "status-writer", "oci://"+c.registry+"/charts/status-writer", "--version", version, "--plain-http",
+		"-n", clusterNS, "--reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m"); err != nil {
+		t.Fatalf("helm upgrade status-writer networkPolicy.enabled=true: %v\n%s", err, out)
+	}
+	eventually(t, time.Minute, "the policy enforced", func() error {
+		if ok, _ := c.probeFrom(t, "np-intruder", "intruder", image); ok {
+			return errorf("a pod the policy does not name still reaches status-writer")
+		}
+		return nil
+	})
+	if ok, logs := c.probeFrom(t, "np-peer", "watch-gateway", image); !ok {
+		t.Errorf("a pod labelled as watch-gateway (a peer the chart names) could not reach status-writer: %s", logs)
+	}
+	c.helmTest(t, "status-writer")
+	run := `apiVersion: agents.proompteng.ai/v1alpha1
+kind: AgentRun
+metadata: {name: behind-policy}
+spec: {agentRef: {name: codex}, runtime: {type: job}}
+`
+	if out, err := c.kubectlIn(run, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	c.waitPhase(t, agentRunsGVR, "behind-policy", "Succeeded", 3*time.Minute)
+	// The kubelet's probes come from the node, which the policy leaves alone.
+	if out, err := c.kubectl("rollout", "status", "deployment/status-writer", "--timeout", "60s"); err != nil {
+		t.Errorf("status-writer not ready behind its policy: %v %s", err, out)
+	}
 }

@@ -30,6 +30,7 @@ stop() { # stop NAME: SIGTERM, SIGKILL after 10 s
 }
 
 # The kubelet first, so that it starts no pod again; then every pod through the CRI.
+stop kube-router
 stop kube-proxy
 stop kubelet
 if [ -n "$(pid_of containerd)" ] && [ -n "$CRICTL" ] && [ -x "$CRICTL" ]; then

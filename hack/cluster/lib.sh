@@ -56,4 +56,4 @@ REGISTRY=127.0.0.1:$REGISTRY_PORT
 in_node() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
 
 # Components of the node, in start order (down.sh stops them in reverse, before the control plane).
-NODE_COMPONENTS="registry redis containerd kubelet kube-proxy"
+NODE_COMPONENTS="registry redis containerd kubelet kube-proxy kube-router"

@@ -4,10 +4,11 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
-for name in $COMPONENTS registry containerd kubelet kube-proxy; do
-  pid=$(pid_of "$name")
+for name in $(echo $COMPONENTS $NODE_COMPONENTS | tr ' ' '\n' | awk '!seen[$0]++'); do
   [ -f "$RUN_DIR/$name.pid" ] || continue
-  printf '  %-24s %s\n' "$name" "${pid:+running (pid $pid)}${pid:-stopped}"
+  pid=$(pid_of "$name")
+  if [ -n "$pid" ]; then state="running (pid $pid)"; else state=stopped; fi
+  printf '  %-24s %s\n' "$name" "$state"
 done
 [ -e "/run/netns/$NETNS" ] && echo "  network namespace $NETNS: $HOST_IP <-> $NODE_IP, pods $POD_CIDR"
 kubectl=$(ls "$ROOT"/bin/tools/kube/*/kubectl 2>/dev/null | tail -1)

@@ -3,8 +3,8 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler and kwok's simulated node, through
 # hack/local/up.sh) listening where pods reach it, Redis, an OCI registry, and a node that runs
 # real containers: containerd (the CRI plugin; its own root, state and socket, so Docker's is
-# untouched), the kubelet, kube-proxy (iptables) and a CNI bridge, in a network namespace of
-# its own (lib.sh), with CoreDNS as the cluster DNS. No agentplane service runs: install the
+# untouched), the kubelet, kube-proxy (iptables), kube-router (NetworkPolicy only) and a CNI
+# bridge, in a network namespace of its own (lib.sh), with CoreDNS as the cluster DNS. No agentplane service runs: install the
 # charts (README, "Install on a cluster"). Running it again starts only what is not running.
 # Needs root (network namespace, mounts, cgroups) and the Docker engine (to build the pause and
 # CoreDNS images it pushes to the registry). `make cluster-down` undoes it.
@@ -16,14 +16,14 @@ ROOT=$(cd "$HERE/../.." && pwd)
 : "${KUBE_DIR:?set KUBE_DIR (make cluster-up does)}" "${TOOLS:?}"
 KUBELET=$KUBE_DIR/kubelet
 KUBE_PROXY=$KUBE_DIR/kube-proxy
-: "${REGISTRY_BIN:?}" "${COREDNS_BIN:?}" "${PAUSE_BIN:?}" "${CRICTL:?}"
+: "${REGISTRY_BIN:?}" "${COREDNS_BIN:?}" "${PAUSE_BIN:?}" "${CRICTL:?}" "${KUBE_ROUTER:?}"
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 
 [ "$(id -u)" = 0 ] || die "make cluster-up needs root: it creates a network namespace, mounts and cgroups for the node"
-for bin in "$KUBELET" "$KUBE_PROXY" "$REGISTRY_BIN" "$COREDNS_BIN" "$PAUSE_BIN" "$CRICTL"; do
+for bin in "$KUBELET" "$KUBE_PROXY" "$REGISTRY_BIN" "$COREDNS_BIN" "$PAUSE_BIN" "$CRICTL" "$KUBE_ROUTER"; do
   [ -x "$bin" ] || die "$bin is missing: run 'make tools-cluster'"
 done
-for cmd in containerd runc nsenter ip iptables redis-server docker; do
+for cmd in containerd runc nsenter ip iptables ipset redis-server docker; do
   command -v "$cmd" >/dev/null || die "$cmd is missing: run 'make deps-cluster'"
 done
 [ -x /usr/lib/cni/bridge ] || die "the CNI plugins are missing (/usr/lib/cni/bridge): run 'make deps-cluster'"
@@ -146,6 +146,7 @@ EOF
 }
 credentials kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
 credentials kube-proxy "/CN=system:kube-proxy"
+credentials kube-router "/CN=system:kube-router"
 
 # --- containerd: the CRI plugin, its own root, state and socket ---
 mkdir -p "$NODE_DIR/containerd" "$NODE_DIR/cni/net.d" "$NODE_DIR/certs.d/$REGISTRY"
@@ -287,14 +288,44 @@ conntrack:
   maxPerCore: 0
 EOF
 node_up() {
-  echo ">> kubelet and kube-proxy (node $NODE_NAME, $NODE_IP)"
+  echo ">> kubelet, kube-proxy and kube-router (node $NODE_NAME, $NODE_IP)"
   start kubelet - nsenter --net="/run/netns/$NETNS" -- "$KUBELET" --config "$NODE_DIR/kubelet.yaml" \
     --kubeconfig "$NODE_DIR/kubelet.kubeconfig" --root-dir "$NODE_DIR/kubelet" --cert-dir "$NODE_DIR/kubelet-pki" \
     --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --node-labels "agentplane.dev/node=real"
   start kube-proxy - nsenter --net="/run/netns/$NETNS" -- "$KUBE_PROXY" --config "$NODE_DIR/kube-proxy.yaml"
+  # NetworkPolicy: kube-router's firewall alone (no routing, no service proxy), its iptables
+  # rules and ipsets in the node's namespace. It reads pods, namespaces and policies (RBAC below).
+  "${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:kube-router
+rules:
+  - apiGroups: [""]
+    resources: [pods, namespaces, nodes, services, endpoints]
+    verbs: [get, list, watch]
+  - apiGroups: [networking.k8s.io]
+    resources: [networkpolicies]
+    verbs: [get, list, watch]
+  - apiGroups: [discovery.k8s.io]
+    resources: [endpointslices]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:kube-router
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kube-router}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-router}
+EOF
+  start kube-router - nsenter --net="/run/netns/$NETNS" -- "$KUBE_ROUTER" --kubeconfig "$NODE_DIR/kube-router.kubeconfig" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --hostname-override "$NODE_NAME" \
+    --service-cluster-ip-range 10.96.0.0/16 --metrics-port 0 --health-port 20244
   node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
   wait_for kubelet 120 node_ready
   wait_for kube-proxy 60 in_node iptables -t nat -S KUBE-SERVICES
+  wait_for kube-router 60 in_node curl -fsS --max-time 2 http://127.0.0.1:20244/healthz
 }
 timed node node_up
 

@@ -67,8 +67,9 @@ http:
 	app := handlers.NewApp(ctx, cfg)
 	srv := &http.Server{Handler: app, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errs := make(chan error, len(listen))
+	var lc net.ListenConfig
 	for _, a := range listen {
-		ln, err := net.Listen("tcp", a)
+		ln, err := lc.Listen(ctx, "tcp", a)
 		if err != nil {
 			return err
 		}
