@@ -80,7 +80,6 @@ timed network network
 
 # --- the control plane (make up's), listening on the host's side of the node's link ---
 control_plane() {
-  echo ">> control plane"
   AGENTPLANE_CONTROL_PLANE_ONLY=1 AGENTPLANE_APISERVER_BIND_ADDRESS="$HOST_IP" AGENTPLANE_APISERVER_ADVERTISE_ADDRESS="$HOST_IP" \
     AGENTPLANE_NODE_NAME=kwok-node-0 LOCAL_DIR="$LOCAL_DIR" "$ROOT/hack/local/up.sh" | sed -n '/^   \|^>>/p'
 }
@@ -293,6 +292,9 @@ node_up() {
     --kubeconfig "$NODE_DIR/kubelet.kubeconfig" --root-dir "$NODE_DIR/kubelet" --cert-dir "$NODE_DIR/kubelet-pki" \
     --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --node-labels "agentplane.dev/node=real"
   start kube-proxy - nsenter --net="/run/netns/$NETNS" -- "$KUBE_PROXY" --config "$NODE_DIR/kube-proxy.yaml"
+  node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
+  wait_for kubelet 120 node_ready
+  # (kube-router needs the node object, which the kubelet registers.)
   # NetworkPolicy: kube-router's firewall alone (no routing, no service proxy), its iptables
   # rules and ipsets in the node's namespace. It reads pods, namespaces and policies (RBAC below).
   "${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
@@ -322,8 +324,6 @@ EOF
   start kube-router - nsenter --net="/run/netns/$NETNS" -- "$KUBE_ROUTER" --kubeconfig "$NODE_DIR/kube-router.kubeconfig" \
     --run-firewall=true --run-router=false --run-service-proxy=false --hostname-override "$NODE_NAME" \
     --service-cluster-ip-range 10.96.0.0/16 --metrics-port 0 --health-port 20244
-  node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
-  wait_for kubelet 120 node_ready
   wait_for kube-proxy 60 in_node iptables -t nat -S KUBE-SERVICES
   wait_for kube-router 60 in_node curl -fsS --max-time 2 http://127.0.0.1:20244/healthz
 }
