@@ -294,7 +294,10 @@ node_up() {
   start kube-proxy - nsenter --net="/run/netns/$NETNS" -- "$KUBE_PROXY" --config "$NODE_DIR/kube-proxy.yaml"
   node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
   wait_for kubelet 120 node_ready
-  # (kube-router needs the node object, which the kubelet registers.)
+  # kube-proxy's healthz answers 200 once its rules are in place. kube-router starts after it: it
+  # needs the node object, and it rewrites the filter table whole, which would race kube-proxy's
+  # first sync.
+  wait_for kube-proxy 60 in_node curl -fsS --max-time 2 http://127.0.0.1:10256/healthz
   # NetworkPolicy: kube-router's firewall alone (no routing, no service proxy), its iptables
   # rules and ipsets in the node's namespace. It reads pods, namespaces and policies (RBAC below).
   "${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
@@ -324,7 +327,6 @@ EOF
   start kube-router - nsenter --net="/run/netns/$NETNS" -- "$KUBE_ROUTER" --kubeconfig "$NODE_DIR/kube-router.kubeconfig" \
     --run-firewall=true --run-router=false --run-service-proxy=false --hostname-override "$NODE_NAME" \
     --service-cluster-ip-range 10.96.0.0/16 --metrics-port 0 --health-port 20244
-  wait_for kube-proxy 60 in_node iptables -t nat -S KUBE-SERVICES
   wait_for kube-router 60 in_node curl -fsS --max-time 2 http://127.0.0.1:20244/healthz
 }
 timed node node_up
