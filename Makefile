@@ -18,9 +18,10 @@ export GOTOOLCHAIN ?= go1.27.3
 # Tool versions. Kubernetes and etcd are pinned in their tools modules' go.mod (the single source
 # of truth); the rest here. Each binary lives under a folder named for its version, so a bump
 # rebuilds it.
-KUBE_VERSION               := $(shell awk '/^require k8s.io\/kubernetes /{print $$3}' hack/tools/kube/go.mod)
+KUBE_VERSION               := $(shell awk '$$1=="k8s.io/kubernetes"{print $$2; exit}' hack/tools/kube/go.mod)
 ETCD_VERSION               := $(shell awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $$3}' hack/tools/etcd/go.mod)
-KWOK_VERSION               ?= v0.8.0
+# kwok is built in the Kubernetes tools module, on the same Kubernetes packages (one build for all).
+KWOK_VERSION               := $(shell awk '$$1=="sigs.k8s.io/kwok"{print $$2; exit}' hack/tools/kube/go.mod)
 CONTROLLER_GEN_VERSION     ?= v0.23.0
 HELM_VERSION               ?= v3.22.0
 BUF_VERSION                ?= v1.75.0
@@ -126,13 +127,15 @@ tools-cluster: tools-up $(KUBELET) $(KUBE_PROXY) $(CRICTL) $(COREDNS) $(REGISTRY
 .PHONY: tools-jaeger
 tools-jaeger: $(JAEGER) ## Build Jaeger (all-in-one, OTLP on 4317/4318, UI on 16686) for local tracing.
 
-# One go build for the four Kubernetes commands: they share most packages.
-$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
-	@echo ">> building Kubernetes $(KUBE_VERSION) (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
+# One go build for the four Kubernetes commands and kwok: they share most packages.
+$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(KWOK) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	@echo ">> building Kubernetes $(KUBE_VERSION) (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) and kwok $(KWOK_VERSION)"
+	@mkdir -p $(KWOK_DIR)
 	cd hack/tools/kube && GOWORK=off go build -trimpath -ldflags '-s -w $(KUBE_VERSION_LDFLAGS)' -o $(KUBE_DIR)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
-	@touch $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL)
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kwok/cmd/kwok
+	@mv $(KUBE_DIR)/kwok $(KWOK)
+	@touch $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(KWOK)
 
 # The node's two commands: built only for make cluster-up, on the same module (and build cache).
 $(KUBELET) $(KUBE_PROXY) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
@@ -161,9 +164,6 @@ $(PAUSE): hack/cluster/pause/main.go hack/cluster/pause/go.mod
 $(ETCD): hack/tools/etcd/go.mod hack/tools/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION)"
 	cd hack/tools/etcd && GOWORK=off go build -trimpath -ldflags '-s -w' -o $@ go.etcd.io/etcd/server/v3
-
-$(KWOK):
-	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 # kwok refuses to start without Stage definitions. The node stages come from its module; the pod
 # stages are ours (hack/local/kwok-stages: kwok's general ones plus the agentplane.dev/simulate-*
@@ -236,10 +236,10 @@ verify-gen: generate ## Fail when `make generate` changes the tree (CI runs this
 		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- libs proto charts; exit 1; fi
 
 .PHONY: build
-build: ## Build every service binary and agentctl into bin/.
+build: ## Build every service binary and agentctl into bin/ (one go build over the workspace).
 	@mkdir -p $(BIN)
-	@for s in $(SERVICES); do \
-		echo ">> $$s"; (cd services/$$s && go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$s ./cmd/$$s); done
+	@echo ">> $(SERVICES)"
+	go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
 
 .PHONY: images
 images: ## Build every image for linux (IMAGE_ARCH, default this machine's): the services, agentctl and the example agent, agentplane/<name>:$(IMAGE_TAG) (the commit), under $(IMAGE_REGISTRY) when set.

@@ -103,7 +103,7 @@ func kubeVersion(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^require k8s.io/kubernetes (\S+)`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^(?:require)?\s*k8s.io/kubernetes (v\S+)`).FindSubmatch(b)
 	if m == nil {
 		t.Fatal("hack/tools/kube/go.mod names no k8s.io/kubernetes version")
 	}
