@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Measures a command on a fresh clone of HEAD with empty Go caches (module, build and toolchain
+# caches; the apt packages are what this machine has), as a fresh machine would run it:
+#   hack/measure-cold.sh up      # make up, then examples/agentrun.yaml to Succeeded, then make down
+#   hack/measure-cold.sh ci      # bash .ci/run
+# The output (with every step's time) goes to docs/measurements/<what>-cold-<date>-<commit>.txt.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+what=${1:?usage: hack/measure-cold.sh up|ci}
+commit=$(git -C "$ROOT" rev-parse --short HEAD)
+work=$(mktemp -d /tmp/agentplane-cold-XXXX)
+out=$ROOT/docs/measurements/$what-cold-$(date +%Y%m%d)-$commit.txt
+mkdir -p "$(dirname "$out")"
+git clone -q "$ROOT" "$work/repo"
+cd "$work/repo"
+export GOMODCACHE=$work/gomod GOCACHE=$work/gocache GOPATH=$work/gopath
+{
+  echo "# hack/measure-cold.sh $what on a fresh clone of $commit, empty Go caches, $(date -u +%FT%TZ), $(nproc) cores"
+  start=$SECONDS
+  case $what in
+    up)
+      AGENTPLANE_PORT_OFFSET=9000 make up
+      echo "make up cold: $((SECONDS - start)) s"
+      kubectl=$(ls bin/tools/kube/*/kubectl)
+      "$kubectl" --kubeconfig .local/kubeconfig apply -f examples/agent.yaml -f examples/agentrun.yaml
+      "$kubectl" --kubeconfig .local/kubeconfig wait --for=jsonpath='{.status.phase}'=Succeeded agentrun/hello --timeout 2m
+      AGENTPLANE_PORT_OFFSET=9000 make down
+      ;;
+    ci)
+      bash .ci/run
+      echo ".ci/run cold: $((SECONDS - start)) s"
+      ;;
+    *) echo "usage: hack/measure-cold.sh up|ci" >&2; exit 2 ;;
+  esac
+} 2>&1 | tee "$out.full" | grep -E '^(#|>> |== |real|make up|\.ci/run|e2e: |ok |FAIL|--- FAIL)|condition met' >"$out" || true
+echo "summary in $out (full output in $out.full, not committed)"
+rm -rf "$work"
