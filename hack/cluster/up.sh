@@ -80,7 +80,7 @@ timed network network
 
 # --- the control plane (make up's), listening on the host's side of the node's link ---
 control_plane() {
-  AGENTPLANE_CONTROL_PLANE_ONLY=1 AGENTPLANE_APISERVER_BIND_ADDRESS="$HOST_IP" AGENTPLANE_APISERVER_ADVERTISE_ADDRESS="$HOST_IP" \
+  AGENTPLANE_CONTROL_PLANE_ONLY=1 AGENTPLANE_ADMISSION_POLICIES=0 AGENTPLANE_APISERVER_BIND_ADDRESS="$HOST_IP" AGENTPLANE_APISERVER_ADVERTISE_ADDRESS="$HOST_IP" \
     AGENTPLANE_NODE_NAME=kwok-node-0 LOCAL_DIR="$LOCAL_DIR" "$ROOT/hack/local/up.sh" | sed -n '/^   \|^>>/p'
 }
 timed control-plane control_plane

@@ -12,7 +12,8 @@
 # `kubernetes` Service's endpoint (`make cluster-up` gives both an address its pods reach; a
 # loopback one publishes none, as pods could not reach it anyway);
 # AGENTPLANE_APISERVER_OTLP_ENDPOINT (host:port, OTLP gRPC) makes kube-apiserver export its spans
-# there (the local Jaeger's when it runs); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
+# there (the local Jaeger's when it runs); AGENTPLANE_ADMISSION_POLICIES=0 leaves out the admission
+# policies (a chart installs them); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
 # request rate to the API server (burst twice it).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -218,6 +219,11 @@ metadata:
 EOF
 "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/charts/agentplane-crds/crds" >/dev/null
 "${KUBECTL[@]}" wait --for condition=Established --timeout 60s -f "$ROOT/charts/agentplane-crds/crds" >/dev/null
+# The admission policies agentplane-crds installs with its chart (a run may use only what its
+# creator may use; docs/security.md), unless a chart is to install them (make cluster-up).
+if [ "${AGENTPLANE_ADMISSION_POLICIES:-1}" = 1 ]; then
+  "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/admission-policies.yaml" >/dev/null
+fi
 node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for kwok 90 node_ready
 

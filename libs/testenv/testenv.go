@@ -63,7 +63,8 @@ type Kube struct {
 	dir string
 }
 
-// StartKube starts etcd and kube-apiserver and installs every CRD under charts/agentplane-crds.
+// StartKube starts etcd and kube-apiserver and installs every CRD under charts/agentplane-crds and
+// the chart's admission policies (hack/local/admission-policies.yaml).
 func StartKube() (*Kube, error) {
 	bin, err := BinDir()
 	if err != nil {
@@ -112,6 +113,12 @@ func StartKube() (*Kube, error) {
 	k.Kubeconfig = filepath.Join(k.dir, "kubeconfig")
 	if err := os.WriteFile(k.Kubeconfig, kc, 0o600); err != nil {
 		return nil, err
+	}
+	// The admission policies agentplane-crds installs (generated from its chart by make generate),
+	// so that every run is recorded and checked as on a cluster.
+	policies := filepath.Join(root, "hack", "local", "admission-policies.yaml")
+	if _, stderr, err := k.RunKubectl(context.Background(), "apply", "--server-side", "-f", policies); err != nil {
+		return nil, fmt.Errorf("apply %s: %v: %s", policies, err, stderr)
 	}
 	ok = true
 	return k, nil

@@ -100,6 +100,8 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 - name: JANGAR_AGENTS_CONTROLLER_{{ $env }}
   value: {{ index $.Values.controller.admissionPolicy $k | join "," | quote }}
 {{- end }}
+- name: JANGAR_AGENTS_CONTROLLER_UNRECORDED_RUNS
+  value: {{ .Values.controller.admissionPolicy.unrecordedRuns | quote }}
 - name: JANGAR_STATUS_WRITER_ADDR
   value: {{ .Values.statusWriter.address | quote }}
 - name: JANGAR_EVENT_EMITTER_ADDR
@@ -130,10 +132,12 @@ with rbac.clusterScoped).
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrations", "orchestrationruns"]
   verbs: ["list", "watch"]
-# Start one AgentRun per Orchestration step (get: to confirm one that already exists is ours).
+# Start one AgentRun per Orchestration step (get: to confirm one that already exists is ours),
+# on the OrchestrationRun's behalf: delegate exempts these from the admission policies' checks of
+# the creator (agentplane-crds), as they name nothing but the step's Agent and image.
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "delegate"]
 # Run each AgentRun as Jobs (get: to confirm one that already exists is ours).
 - apiGroups: ["batch"]
   resources: ["jobs"]

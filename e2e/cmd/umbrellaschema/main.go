@@ -142,7 +142,15 @@ func build(load func(svc string) (schema, error)) (schema, error) {
 	props["crds"] = schema{"type": "object", "additionalProperties": false, "properties": schema{
 		"enabled": schema{"type": "boolean", "description": "install the agentplane-crds chart's CRDs with this release"},
 	}}
-	props["agentplane-crds"] = schema{"type": "object", "description": "the agentplane-crds chart's values (it has none)"}
+	crds, err := load("agentplane-crds")
+	if err != nil {
+		return nil, err
+	}
+	// A subchart's block: its schema without required lists (its own values.yaml fills them).
+	crdsBlock := dropRequired(clone(crds)).(schema)
+	delete(crdsBlock, "$schema")
+	crdsBlock["description"] = "the agentplane-crds chart's values: its admission policies"
+	props["agentplane-crds"] = crdsBlock
 	props["global"] = schema{"type": "object", "description": "values Helm passes to every chart (unused by agentplane's)"}
 	return schema{
 		"$schema":              "https://json-schema.org/draft-07/schema#",

@@ -16,6 +16,7 @@ func TestBuild(t *testing.T) {
 		"cancel-propagator": `{"type":"object","properties":{}}`,
 		"run-controller":    `{"type":"object","properties":{"controller":{"type":"object","properties":{"workers":{"type":"integer","minimum":1},"namespaces":{"type":"string"}}}}}`,
 		"watch-gateway":     `{"type":"object","properties":{}}`,
+		"agentplane-crds":   `{"$schema":"x","type":"object","required":["admission"],"properties":{"admission":{"type":"object","required":["enabled"],"properties":{"enabled":{"type":"boolean"}}}}}`,
 	}
 	out, err := build(func(svc string) (schema, error) {
 		var s schema
@@ -32,6 +33,11 @@ func TestBuild(t *testing.T) {
 	}
 	if dig(sw, "enabled")["type"] != "boolean" || dig(sw, "grpc", "port")["minimum"] != 1.0 {
 		t.Errorf("status-writer block %v", sw)
+	}
+	// The CRDs chart's block is its schema, without required lists.
+	crds := props["agentplane-crds"].(schema)
+	if crds["required"] != nil || crds["$schema"] != nil || dig(crds, "admission", "enabled")["type"] != "boolean" || dig(crds, "admission")["required"] != nil {
+		t.Errorf("agentplane-crds block %v", crds)
 	}
 	// The top-level controller is the union of the charts' (the first chart's wins on a clash).
 	c := dig(out, "controller")

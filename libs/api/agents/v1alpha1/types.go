@@ -71,12 +71,20 @@ type AgentEnvVar struct {
 	Value string `json:"value"`
 }
 
-// AgentSecurity limits what runs of the agent may use.
+// AgentSecurity says what the agent's runs may use. A run may name a Secret (ServiceAccount) that
+// its creator may not get (use) only if the Agent lists it here; whoever lists one must be allowed
+// it (the agentplane-agent-references admission policy). When allowedSecrets is not empty, runs
+// may use only the Secrets it names.
 type AgentSecurity struct {
 	// +optional
 	AllowedServiceAccounts []string `json:"allowedServiceAccounts,omitempty"`
 	// +optional
 	AllowedSecrets []string `json:"allowedSecrets,omitempty"`
+	// AllowedImages pins the images the agent's runs may name (spec.workload.image and their
+	// workflow steps'): an image name, or a prefix ending in * ("registry.example.com/agents/*").
+	// Empty: any image run-controller's own policy allows.
+	// +optional
+	AllowedImages []string `json:"allowedImages,omitempty"`
 }
 
 // AgentRunDefaults apply to every AgentRun of the agent unless the run overrides them.
@@ -143,8 +151,22 @@ type AgentRun struct {
 	Status AgentRunStatus `json:"status,omitempty"`
 }
 
-// AgentRunSpec is what to run.
+// AgentRunSpec is what to run. Once the run is created only spec.cancel may change (to true):
+// what a run uses was checked for its creator when it was admitted.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
+// +kubebuilder:validation:XValidation:rule="self.agentRef == oldSelf.agentRef",message="spec.agentRef cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.implementationSpecRef) == has(oldSelf.implementationSpecRef) && (!has(self.implementationSpecRef) || self.implementationSpecRef == oldSelf.implementationSpecRef)",message="spec.implementationSpecRef cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.implementation) == has(oldSelf.implementation) && (!has(self.implementation) || self.implementation == oldSelf.implementation)",message="spec.implementation cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="self.runtime == oldSelf.runtime",message="spec.runtime cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.workflow) == has(oldSelf.workflow) && (!has(self.workflow) || self.workflow == oldSelf.workflow)",message="spec.workflow cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.workload) == has(oldSelf.workload) && (!has(self.workload) || self.workload == oldSelf.workload)",message="spec.workload cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters)",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.secrets) == has(oldSelf.secrets) && (!has(self.secrets) || self.secrets == oldSelf.secrets)",message="spec.secrets cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.memoryRef) == has(oldSelf.memoryRef) && (!has(self.memoryRef) || self.memoryRef == oldSelf.memoryRef)",message="spec.memoryRef cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.vcsRef) == has(oldSelf.vcsRef) && (!has(self.vcsRef) || self.vcsRef == oldSelf.vcsRef)",message="spec.vcsRef cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.vcsPolicy) == has(oldSelf.vcsPolicy) && (!has(self.vcsPolicy) || self.vcsPolicy == oldSelf.vcsPolicy)",message="spec.vcsPolicy cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && (!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",message="spec.idempotencyKey cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
 type AgentRunSpec struct {
 	AgentRef LocalRef `json:"agentRef"`
 	// +optional

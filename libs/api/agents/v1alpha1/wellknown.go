@@ -29,6 +29,18 @@ const (
 	// plane's kwok Stages read them, and the example agent (examples/agent) on a real node reads
 	// them through the downward API: agentplane.dev/simulate-duration ("600s") and
 	// agentplane.dev/simulate-exit-code ("1").
+	// The API server's record of who created an AgentRun and which of the objects it names that
+	// user was allowed, written at admission by the agentplane-run-creator policy
+	// (charts/agentplane-crds), always overwriting what the request carried, and unchangeable
+	// afterwards (agentplane-run-records). Comma-separated names. run-controller trusts only these.
+	AnnotationCreatedBy               = "agents.proompteng.ai/created-by"
+	AnnotationCreatorMayGetSecrets    = "agents.proompteng.ai/creator-may-get-secrets"
+	AnnotationCreatorMayGetClaims     = "agents.proompteng.ai/creator-may-get-persistentvolumeclaims"
+	AnnotationCreatorMayUseServiceAcc = "agents.proompteng.ai/creator-may-use-serviceaccounts"
+	// VerbDelegate on agentruns marks who creates runs on others' behalf (run-controller, for an
+	// OrchestrationRun's steps): the admission policies' user checks do not apply to it.
+	VerbDelegate = "delegate"
+
 	AnnotationSimulatePrefix   = "agentplane.dev/simulate-"
 	AnnotationSimulateDuration = AnnotationSimulatePrefix + "duration"
 	AnnotationSimulateExitCode = AnnotationSimulatePrefix + "exit-code"

@@ -110,6 +110,9 @@ type OrchestrationRun struct {
 
 // OrchestrationRunSpec is what to run and whether to stop it.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
+// +kubebuilder:validation:XValidation:rule="self.orchestrationRef == oldSelf.orchestrationRef",message="spec.orchestrationRef cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters)",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.deliveryId) == has(oldSelf.deliveryId) && (!has(self.deliveryId) || self.deliveryId == oldSelf.deliveryId)",message="spec.deliveryId cannot change once the run is created (only spec.cancel can): create a new run"
 type OrchestrationRunSpec struct {
 	OrchestrationRef NameRef `json:"orchestrationRef"`
 	// +optional

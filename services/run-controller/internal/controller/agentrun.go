@@ -89,7 +89,10 @@ func (c *Controller) prepare(ctx context.Context, ar *agentsv1alpha1.AgentRun) (
 		return nil, &problem{fail: true, reason: reasons.Forbidden, message: err.Error()}
 	}
 	secrets := secretsOf(ar)
-	if err := c.cfg.Policy.checkSecrets(secrets, agent); err != nil {
+	if err := c.cfg.Policy.checkSecrets(secrets); err != nil {
+		return nil, &problem{fail: true, reason: reasons.Forbidden, message: err.Error()}
+	}
+	if err := c.cfg.Policy.checkReferences(ar, agent); err != nil {
 		return nil, &problem{fail: true, reason: reasons.Forbidden, message: err.Error()}
 	}
 	for _, s := range secrets {
@@ -168,31 +171,21 @@ func (c *Controller) baseWork(ar *agentsv1alpha1.AgentRun, agent *agentsv1alpha1
 	if ar.Spec.ImplementationSpecRef != nil {
 		w.implRef = ar.Spec.ImplementationSpecRef.Name
 	}
-	if sa := runtimeString(ar, "serviceAccountName"); sa != "" {
-		if s := agent.Spec.Security; s == nil || !contains(s.AllowedServiceAccounts, sa) {
-			return w, &problem{fail: true, reason: reasons.Forbidden, message: fmt.Sprintf(
-				"service account %s is not in Agent %s's spec.security.allowedServiceAccounts", sa, agent.Name)}
-		}
-		w.sa = sa
-	}
+	// Whether the run may run as it was decided in prepare (checkReferences).
+	w.sa = runtimeString(ar, "serviceAccountName")
 	return w, nil
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// checkImage refuses a run with no image, or one the policy refuses.
-func (c *Controller) checkImage(image string) *problem {
+// checkImage refuses a run with no image, or one the policy or the run's Agent
+// (spec.security.allowedImages) refuses.
+func (c *Controller) checkImage(image string, agent *agentsv1alpha1.Agent) *problem {
 	if image == "" {
 		return &problem{fail: true, reason: reasons.InvalidSpec, message: "no image: set spec.workload.image on the run or spec.defaults.image on its Agent (run-controller has no default: JANGAR_AGENT_IMAGE, the chart's runtime.agentImage, is empty)"}
 	}
 	if err := c.cfg.Policy.checkImage(image); err != nil {
+		return &problem{fail: true, reason: reasons.Forbidden, message: err.Error()}
+	}
+	if err := checkAgentImage(image, agent); err != nil {
 		return &problem{fail: true, reason: reasons.Forbidden, message: err.Error()}
 	}
 	return nil
@@ -213,7 +206,7 @@ func (c *Controller) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 		}
 		w, p := c.baseWork(ar, agent)
 		if p == nil {
-			p = c.checkImage(w.image)
+			p = c.checkImage(w.image, agent)
 		}
 		if p != nil {
 			return result{}, c.stop(ctx, ar, p)

@@ -40,7 +40,17 @@ type Policy struct {
 	LabelsAllowed  []string
 	LabelsDenied   []string
 	BlockedSecrets []string
+	// UnrecordedRuns: what a run without the API server's admission record may name beyond its
+	// Agent's lists: UnrecordedRefuse (nothing) or UnrecordedAllow (anything, as before the
+	// admission policies). JANGAR_AGENTS_CONTROLLER_UNRECORDED_RUNS.
+	UnrecordedRuns string
 }
+
+// Values of JANGAR_AGENTS_CONTROLLER_UNRECORDED_RUNS.
+const (
+	UnrecordedRefuse = "refuse"
+	UnrecordedAllow  = "allow"
+)
 
 // Limits bound how many runs run and wait. Zero means no limit.
 type Limits struct {
@@ -72,6 +82,7 @@ const (
 	envLabelsAllowed = "JANGAR_AGENTS_CONTROLLER_LABELS_ALLOWED"
 	envLabelsDenied  = "JANGAR_AGENTS_CONTROLLER_LABELS_DENIED"
 	envBlockedSecret = "JANGAR_AGENTS_CONTROLLER_BLOCKED_SECRETS" //nolint:gosec // G101: a variable's name, not a credential
+	envUnrecorded    = "JANGAR_AGENTS_CONTROLLER_UNRECORDED_RUNS"
 	envConcNS        = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_NAMESPACE"
 	envConcAgent     = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_AGENT"
 	envConcCluster   = "JANGAR_AGENTS_CONTROLLER_CONCURRENCY_CLUSTER"
@@ -112,6 +123,10 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		LabelsAllowed:  env.List(envLabelsAllowed, nil),
 		LabelsDenied:   env.List(envLabelsDenied, nil),
 		BlockedSecrets: env.List(envBlockedSecret, nil),
+		UnrecordedRuns: env.String(envUnrecorded, UnrecordedRefuse),
+	}
+	if u := c.Policy.UnrecordedRuns; u != UnrecordedRefuse && u != UnrecordedAllow {
+		env.Fail(envUnrecorded, u, UnrecordedRefuse+" or "+UnrecordedAllow)
 	}
 	for name, pats := range map[string][]string{envImagesAllowed: c.Policy.ImagesAllowed, envImagesDenied: c.Policy.ImagesDenied} {
 		for _, p := range pats {

@@ -5,8 +5,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 )
 
 // checkImage applies JANGAR_AGENTS_CONTROLLER_IMAGES_DENIED, then IMAGES_ALLOWED (when set, an
@@ -64,15 +62,11 @@ func (p Policy) checkLabels(labels map[string]string) error {
 	return nil
 }
 
-// checkSecrets applies BLOCKED_SECRETS and the Agent's security.allowedSecrets.
-func (p Policy) checkSecrets(secrets []string, agent *agentsv1alpha1.Agent) error {
+// checkSecrets applies BLOCKED_SECRETS (the Agent's and the creator's say is checkReferences').
+func (p Policy) checkSecrets(secrets []string) error {
 	for _, s := range secrets {
 		if slices.Contains(p.BlockedSecrets, s) {
 			return fmt.Errorf("Secret %s is blocked by %s", s, envBlockedSecret)
-		}
-		if agent.Spec.Security != nil && len(agent.Spec.Security.AllowedSecrets) > 0 &&
-			!slices.Contains(agent.Spec.Security.AllowedSecrets, s) {
-			return fmt.Errorf("Secret %s is not in Agent %s's spec.security.allowedSecrets", s, agent.Name)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -51,9 +52,73 @@ func TestPolicy(t *testing.T) {
 			t.Errorf("labels %v: %v", c.labels, err)
 		}
 	}
-	agent := &agentsv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: agentsv1alpha1.AgentSpec{Security: &agentsv1alpha1.AgentSecurity{AllowedSecrets: []string{"gh"}}}}
-	if p.checkSecrets([]string{"gh"}, agent) != nil || p.checkSecrets([]string{"root"}, agent) == nil || p.checkSecrets([]string{"other"}, agent) == nil {
-		t.Error("secret policy")
+	if p.checkSecrets([]string{"gh"}) != nil || p.checkSecrets([]string{"root"}) == nil {
+		t.Error("BLOCKED_SECRETS")
+	}
+}
+
+// A run may use a Secret or ServiceAccount its Agent lists, or one the API server recorded its
+// creator may get (use) at admission; a claim only the latter; nothing unrecorded beyond the
+// Agent's lists unless UNRECORDED_RUNS=allow. The Agent's allowedImages pin the image.
+func TestReferencesNeedTheAgentOrTheCreatorsRecordedPermission(t *testing.T) {
+	run := func(ann map[string]string, secrets []string, sa string, vols ...agentsv1alpha1.WorkloadVolume) *agentsv1alpha1.AgentRun {
+		ar := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Annotations: ann}, Spec: agentsv1alpha1.AgentRunSpec{
+			AgentRef: agentsv1alpha1.LocalRef{Name: "a"}, Secrets: secrets, Workflow: &agentsv1alpha1.WorkflowSpec{Steps: []agentsv1alpha1.WorkflowStep{
+				{Name: "s", Workload: &agentsv1alpha1.WorkloadSpec{Volumes: vols}}}}}}
+		if sa != "" {
+			ar.Spec.Runtime.Config = map[string]apiextensionsv1.JSON{"serviceAccountName": {Raw: []byte(`"` + sa + `"`)}}
+		}
+		return ar
+	}
+	rec := func(secrets, claims, accounts string) map[string]string {
+		return map[string]string{agentsv1alpha1.AnnotationCreatedBy: "alice", agentsv1alpha1.AnnotationCreatorMayGetSecrets: secrets,
+			agentsv1alpha1.AnnotationCreatorMayGetClaims: claims, agentsv1alpha1.AnnotationCreatorMayUseServiceAcc: accounts}
+	}
+	agent := func(sec *agentsv1alpha1.AgentSecurity) *agentsv1alpha1.Agent {
+		return &agentsv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: agentsv1alpha1.AgentSpec{Security: sec}}
+	}
+	pvc := agentsv1alpha1.WorkloadVolume{Type: "pvc", Name: "v", MountPath: "/v", ClaimName: "data"}
+	secretVol := agentsv1alpha1.WorkloadVolume{Type: "secret", Name: "s", MountPath: "/s", SecretName: "vol-secret"}
+	refuse, allow := Policy{UnrecordedRuns: UnrecordedRefuse}, Policy{UnrecordedRuns: UnrecordedAllow}
+	for _, c := range []struct {
+		name    string
+		p       Policy
+		run     *agentsv1alpha1.AgentRun
+		agent   *agentsv1alpha1.Agent
+		wantErr string // "" means allowed
+	}{
+		{"the Agent lists the Secret", refuse, run(rec("", "", ""), []string{"gh"}, ""), agent(&agentsv1alpha1.AgentSecurity{AllowedSecrets: []string{"gh"}}), ""},
+		{"the creator may get it", refuse, run(rec("gh", "", ""), []string{"gh"}, ""), agent(nil), ""},
+		{"neither", refuse, run(rec("other", "", ""), []string{"gh"}, ""), agent(nil), "Secret gh: Agent a does not list it in spec.security.allowedSecrets and its creator (alice) may not get it"},
+		{"a step's secret volume, neither", refuse, run(rec("", "", ""), nil, "", secretVol), agent(nil), "Secret vol-secret"},
+		{"an Agent list restricts even the creator's", refuse, run(rec("gh,x", "", ""), []string{"x"}, ""), agent(&agentsv1alpha1.AgentSecurity{AllowedSecrets: []string{"gh"}}), "Secret x is not in Agent a's spec.security.allowedSecrets (gh)"},
+		{"a forged list is not a record", refuse, run(map[string]string{agentsv1alpha1.AnnotationCreatorMayGetSecrets: "gh"}, []string{"gh"}, ""), agent(nil), "carries no admission record"},
+		{"unrecorded, allowed by the operator", allow, run(nil, []string{"gh"}, "", pvc), agent(nil), ""},
+		{"unrecorded, only what the Agent lists", refuse, run(nil, []string{"gh"}, "bot"), agent(&agentsv1alpha1.AgentSecurity{AllowedSecrets: []string{"gh"}, AllowedServiceAccounts: []string{"bot"}}), ""},
+		{"ServiceAccount the Agent lists", refuse, run(rec("", "", ""), nil, "bot"), agent(&agentsv1alpha1.AgentSecurity{AllowedServiceAccounts: []string{"bot"}}), ""},
+		{"ServiceAccount the creator may use", refuse, run(rec("", "", "bot"), nil, "bot"), agent(nil), ""},
+		{"ServiceAccount neither", refuse, run(rec("", "", "other"), nil, "bot"), agent(nil), "ServiceAccount bot: Agent a does not list it"},
+		{"claim the creator may get", refuse, run(rec("", "data", ""), nil, "", pvc), agent(nil), ""},
+		{"claim the creator may not get", refuse, run(rec("", "", ""), nil, "", pvc), agent(nil), "PersistentVolumeClaim data: its creator (alice) may not get it"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.p.checkReferences(c.run, c.agent)
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("error %v, want one containing %q", err, c.wantErr)
+			}
+		})
+	}
+	pinned := agent(&agentsv1alpha1.AgentSecurity{AllowedImages: []string{"registry.example.com/agents/*", "busybox:1.36"}})
+	for img, ok := range map[string]bool{"registry.example.com/agents/codex:1": true, "busybox:1.36": true, "busybox:1.37": false, "evil.example.com/agents/x": false} {
+		if err := checkAgentImage(img, pinned); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "registry.example.com/agents/*, busybox:1.36")) {
+			t.Errorf("image %s: %v", img, err)
+		}
+	}
+	if checkAgentImage("anything", agent(nil)) != nil {
+		t.Error("an Agent without allowedImages pins nothing")
 	}
 }
 
@@ -216,7 +281,7 @@ func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 		t.Errorf("image %q: the run's own wins", w.image)
 	}
 	run.Spec.Workload, agent.Spec.Defaults.Image, c.cfg.AgentImage = nil, "", ""
-	if w, _ := c.baseWork(run, agent); c.checkImage(w.image) == nil {
+	if w, _ := c.baseWork(run, agent); c.checkImage(w.image, agent) == nil {
 		t.Error("a run with no image anywhere is accepted")
 	}
 	// Without the annotations, no such variables.

@@ -178,7 +178,7 @@ func (c *Controller) reconcileWorkflowRun(ctx context.Context, ar *agentsv1alpha
 			if spec.ImplementationSpecRef != nil {
 				w.implRef = spec.ImplementationSpecRef.Name
 			}
-			if p := c.checkImage(w.image); p != nil {
+			if p := c.checkImage(w.image, agent); p != nil {
 				return result{}, c.stop(ctx, ar, p)
 			}
 			j, r, p := c.startJob(ctx, ar, w, !started)
