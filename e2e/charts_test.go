@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -454,17 +455,41 @@ func TestCharts(t *testing.T) {
 		}
 		objs := h.template(t, "agentplane-crds", "--include-crds")
 		var names []string
+		kinds := map[string]int{}
 		for _, o := range objs {
-			if o.Kind != "CustomResourceDefinition" {
-				t.Errorf("unexpected %s in the CRD chart", o)
+			kinds[o.Kind]++
+			if o.Kind == "CustomResourceDefinition" {
+				names = append(names, o.Metadata.Name)
 			}
-			names = append(names, o.Metadata.Name)
 		}
 		for _, want := range wantCRDs {
 			if !slices.Contains(names, want) {
 				t.Errorf("CRD %s not rendered (got %v)", want, names)
 			}
 		}
+		// Besides the CRDs: the admission policies (docs/security.md), each bound, and the
+		// ClusterRole that grants `use` on ServiceAccounts; nothing else.
+		want := map[string]int{"CustomResourceDefinition": len(wantCRDs), "MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
+			"ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4, "ClusterRole": 1}
+		if !reflect.DeepEqual(kinds, want) {
+			t.Errorf("the CRD chart renders %v, want %v", kinds, want)
+		}
+		// Off: the CRDs alone.
+		off := h.template(t, "agentplane-crds", "--include-crds", "--set", "admission.enabled=false")
+		if len(off) != len(wantCRDs) {
+			t.Errorf("admission.enabled=false renders %d objects, want the %d CRDs", len(off), len(wantCRDs))
+		}
+		// The generated copy make up and the tests apply is what the chart renders.
+		stdout, stderr, err := h.run("template", "agentplane-crds", "charts/agentplane-crds", "--kube-version", renderKubeVersion, "--show-only", "templates/admission.yaml")
+		if err != nil {
+			t.Fatalf("%v %s", err, stderr)
+		}
+		gen, err := os.ReadFile(filepath.Join(h.root, "hack", "local", "admission-policies.yaml"))
+		if err != nil || !strings.HasSuffix(string(gen), stdout) {
+			t.Errorf("hack/local/admission-policies.yaml is not the chart's admission.yaml as rendered now: run make generate (%v)", err)
+		}
+		wantRefused(t, h, "agentplane-crds", "validationActions", "--set", "admission.validationActions={Deny,Warn}")
+		wantRefused(t, h, "agentplane-crds", "validationActions", "--set", "admission.validationActions={Block}")
 	})
 
 	for _, sc := range serviceCharts {

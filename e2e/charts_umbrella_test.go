@@ -89,7 +89,8 @@ func TestUmbrellaChart(t *testing.T) {
 	}
 
 	// Each service's objects are what its own chart renders for the same release name, given the
-	// values the umbrella wires in; nothing else is rendered (but the CRDs, from their chart).
+	// values the umbrella wires in; nothing else is rendered but the CRDs chart's, as it renders
+	// them (its admission policies; the CRDs themselves are not templates).
 	t.Run("each service as its own chart renders it", func(t *testing.T) {
 		for _, rel := range []string{"agentplane", "prod"} {
 			all := umbrellaObjects(t, h, rel, "--set", "redis.url=redis://redis:6379/0")
@@ -125,6 +126,17 @@ func TestUmbrellaChart(t *testing.T) {
 						t.Errorf("%s (release %s): %s differs from charts/%s's\numbrella:\n%s\nchart:\n%s", sc.name, rel, key, sc.name, a, b)
 					}
 				}
+			}
+			// The CRDs chart's own objects (its admission policies), as that chart renders them.
+			stdout, stderr, err := h.run("template", rel, "charts/agentplane-crds", "--namespace", chartNamespace, "--kube-version", renderKubeVersion)
+			if err != nil {
+				t.Fatalf("helm template charts/agentplane-crds: %v\n%s", err, stderr)
+			}
+			for key, want := range byName(t, stdout) {
+				if got, ok := all[key]; !ok || !reflect.DeepEqual(got, want) {
+					t.Errorf("release %s: the umbrella's %s differs from charts/agentplane-crds's (or is missing)", rel, key)
+				}
+				seen[key] = true
 			}
 			for key := range all {
 				if !seen[key] {
