@@ -4,8 +4,11 @@
 package redact
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -42,12 +45,35 @@ type Redactor struct {
 	values []string
 }
 
-// New returns a Redactor that also removes each of values wherever it appears.
+// New returns a Redactor that also removes each of values wherever it appears, in the forms a
+// value takes in the text around it: as stored, without the whitespace a Secret's value often
+// ends with ("token\n" written by `echo`), base64-encoded (standard and URL alphabets, padded or
+// not: a Secret's data as the API returns it, a basic-auth header), JSON- and Go-quoted (a
+// value with quotes, backslashes or newlines inside a logged struct or error).
 func New(values ...string) *Redactor {
 	r := &Redactor{}
-	for _, v := range values {
-		if len(v) >= minValueLen {
+	seen := map[string]bool{}
+	add := func(v string) {
+		if len(v) >= minValueLen && !seen[v] {
+			seen[v] = true
 			r.values = append(r.values, v)
+		}
+	}
+	for _, v := range values {
+		if len(strings.TrimSpace(v)) < minValueLen {
+			continue // too short to tell from ordinary text, in any form
+		}
+		for _, form := range []string{v, strings.TrimSpace(v), strings.TrimRight(v, " \t\r\n")} {
+			add(form)
+			add(base64.StdEncoding.EncodeToString([]byte(form)))
+			add(base64.RawStdEncoding.EncodeToString([]byte(form)))
+			add(base64.URLEncoding.EncodeToString([]byte(form)))
+			add(base64.RawURLEncoding.EncodeToString([]byte(form)))
+			if j, err := json.Marshal(form); err == nil {
+				add(string(j[1 : len(j)-1]))
+			}
+			q := strconv.Quote(form)
+			add(q[1 : len(q)-1])
 		}
 	}
 	// Longest first, so a value that contains another is removed whole.

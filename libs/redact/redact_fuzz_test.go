@@ -24,5 +24,14 @@ func FuzzRedactNeverLeaksTheCorpus(f *testing.F) {
 		if out := New(known).String(text); strings.Contains(out, known) {
 			t.Fatalf("known value survived in %q", out)
 		}
+		// A Secret's value as stored (with the newline `echo` leaves, a quote, a backslash), in
+		// each form it takes in a message: as it is, trimmed, base64, JSON- and Go-quoted.
+		stored := "K8s\"Secret\\Value-" + c.name + "\n"
+		forms := secretForms(stored)
+		form := forms[int(pick/uint8(len(corpus)))%len(forms)]
+		text = prefix + form + suffix
+		if out := New(stored).String(text); strings.Contains(out, form) && !strings.Contains(prefix+suffix, form) {
+			t.Fatalf("form %q of a known value survived in %q", form, out)
+		}
 	})
 }

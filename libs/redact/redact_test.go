@@ -1,6 +1,9 @@
 package redact
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -70,5 +73,32 @@ func TestTruncate(t *testing.T) {
 	}
 	if Truncate("short", 1024) != "short" {
 		t.Fatal("short string changed")
+	}
+}
+
+// secretForms are the forms a Secret's value takes in messages: as stored, trimmed of trailing
+// whitespace, base64 (standard and URL, padded and not), JSON- and Go-quoted (without the quotes).
+func secretForms(v string) []string {
+	trimmed := strings.TrimRight(v, " \t\r\n")
+	j, _ := json.Marshal(v)
+	return []string{v, trimmed,
+		base64.StdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(trimmed)),
+		base64.StdEncoding.EncodeToString([]byte(trimmed)), base64.URLEncoding.EncodeToString([]byte(v)),
+		string(j[1 : len(j)-1]), strconv.Quote(trimmed)[1 : len(strconv.Quote(trimmed))-1]}
+}
+
+// A known Secret value is removed in every form it takes in a message.
+func TestKnownValuesInEveryForm(t *testing.T) {
+	stored := "s3cr3t \"quoted\" \\path<>&\n"
+	r := New(stored)
+	for _, form := range secretForms(stored) {
+		msg := "clone failed: " + form + " rejected"
+		if out := r.String(msg); strings.Contains(out, form) || !strings.Contains(out, Mask) {
+			t.Errorf("form %q survived: %q", form, out)
+		}
+	}
+	// A value below the minimum length is left alone in every form (it would destroy messages).
+	if out := New("ab").String("ab YWI= ab"); out != "ab YWI= ab" {
+		t.Errorf("a 2-byte value was redacted: %q", out)
 	}
 }

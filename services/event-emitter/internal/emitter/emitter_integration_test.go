@@ -4,6 +4,8 @@ package emitter
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -635,5 +637,92 @@ func TestEventsAboutWatchedRunsReadNoRun(t *testing.T) {
 	}
 	if n := gets[other].Load(); n < runs {
 		t.Errorf("events about runs not watched read %d AgentRuns, want one per event (%d): is the test counting?", n, runs)
+	}
+}
+
+// TestSecretValuesInEveryFormStayOutOfEvents (#31 item 9): a Secret's value (stored with the
+// newline `echo` leaves) does not reach an event in any form a message carries it (as is, trimmed,
+// base64, JSON-escaped), whether the run names it in spec.secrets or only in a workflow step's
+// volume, and an event about an OrchestrationRun is redacted with its step runs' Secrets; in a
+// watched namespace (from the informer) and elsewhere (read from the API server).
+func TestSecretValuesInEveryFormStayOutOfEvents(t *testing.T) {
+	watched, other := namespace(t), namespace(t)
+	lim, err := limiter.New(singleRedis(t), limiter.Config{PerMinute: 600, Burst: 100}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(kcs, dynamic.NewForConfigOrDie(env.Config), lim, NewMetrics(nil), Config{Enabled: true, DefaultInstance: "forms"})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.Run(ctx) })
+	wg.Go(func() { _ = e.WatchRuns(ctx, []string{watched}) })
+	defer func() { cancel(); wg.Wait() }()
+	srv := NewServer(e)
+
+	stored := func(ns string) string { return "s3cr3t \"" + ns + "\" value\n" }
+	forms := func(v string) []string {
+		trimmed := strings.TrimRight(v, "\n")
+		j, _ := json.Marshal(v)
+		return []string{trimmed, base64.StdEncoding.EncodeToString([]byte(v)), base64.StdEncoding.EncodeToString([]byte(trimmed)), string(j[1 : len(j)-1])}
+	}
+	for _, ns := range []string{watched, other} {
+		for _, name := range []string{"step-secret", "orch-secret"} {
+			if err := kc.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				StringData: map[string]string{"token": name + "/" + stored(ns)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wf := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wf"},
+			Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "workflow"},
+				Workflow: &agentsv1alpha1.WorkflowSpec{Steps: []agentsv1alpha1.WorkflowStep{{Name: "a"}, {Name: "b",
+					Workload: &agentsv1alpha1.WorkloadSpec{Volumes: []agentsv1alpha1.WorkloadVolume{{Type: "secret", Name: "c", MountPath: "/c", SecretName: "step-secret"}}}}}}}}
+		step := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orch-plan", Labels: map[string]string{agentsv1alpha1.LabelOrchestrationRun: "orch"}},
+			Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}, Secrets: []string{"orch-secret"}}}
+		for _, r := range []*agentsv1alpha1.AgentRun{wf, step} {
+			// Retried: the client's discovery may not know the CRDs yet when this test runs first.
+			eventually(t, "create "+r.Name, func() error { return kc.Create(context.Background(), r) })
+		}
+		if ns == watched {
+			eventually(t, "the informer holds the runs", func() error {
+				if steps, _ := e.secrets.cachedSteps(corev1.ObjectReference{Namespace: ns, Name: "orch"}); len(steps) != 1 ||
+					e.secrets.cachedRun(corev1.ObjectReference{Namespace: ns, Name: "wf", UID: wf.UID}) == nil {
+					return fmt.Errorf("not yet")
+				}
+				return nil
+			})
+		}
+		for i, f := range forms("step-secret/" + stored(ns)) {
+			if _, err := srv.Emit(context.Background(), warning(wf, []string{"ReconcileError", "Forbidden", "InvalidSpec", "MissingSecret"}[i], "step b failed: "+f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		orch := &pb.EventObject{ApiVersion: "orchestration.proompteng.ai/v1alpha1", Kind: "OrchestrationRun", Namespace: ns, Name: "orch", Uid: "orch-uid"}
+		for i, f := range forms("orch-secret/" + stored(ns)) {
+			if _, err := srv.Emit(context.Background(), &pb.EmitRequest{Object: orch, Type: "Warning", Reason: []string{"ReconcileError", "Forbidden", "InvalidSpec", "MissingSecret"}[i],
+				Note: "step plan (AgentRun orch-plan) failed: " + f, Action: "Reconcile", ReportingController: "agentplane.proompteng.ai/run-controller"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ns := range []string{watched, other} {
+		eventually(t, "the events of "+ns, func() error {
+			list, err := kcs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil || len(list.Items) != 8 {
+				return fmt.Errorf("events: %v %d, want 8", err, len(list.Items))
+			}
+			for _, ev := range list.Items {
+				for _, secret := range []string{"step-secret/" + stored(ns), "orch-secret/" + stored(ns)} {
+					for _, f := range forms(secret) {
+						if strings.Contains(ev.Note, f) {
+							t.Fatalf("%q (a form of a Secret's value) reached %s's event: %q", f, ev.Regarding.Name, ev.Note)
+						}
+					}
+				}
+				if !strings.Contains(ev.Note, "[REDACTED]") {
+					t.Errorf("nothing redacted in %s's event: %q", ev.Regarding.Name, ev.Note)
+				}
+			}
+			return nil
+		})
 	}
 }

@@ -2,6 +2,7 @@ package emitter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/redact"
 )
 
@@ -98,8 +100,34 @@ func (c *secretCache) watchRuns(ctx context.Context, dyn dynamic.Interface, name
 	c.mu.Unlock()
 }
 
-// secretRefsOnly is the informer's transform: a run keeps its identity and the names of the
-// Secrets it references, nothing else, so the cache costs little per run.
+// secretNames lists the Secrets an AgentRun names: spec.secrets and the secret volumes of its
+// workload and of each workflow step.
+func secretNames(u *unstructured.Unstructured) []string {
+	names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "secrets")
+	addVolumes := func(vols []any) {
+		for _, v := range vols {
+			if m, ok := v.(map[string]any); ok {
+				if s, ok := m["secretName"].(string); ok && s != "" && !slices.Contains(names, s) {
+					names = append(names, s)
+				}
+			}
+		}
+	}
+	vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "workload", "volumes")
+	addVolumes(vols)
+	steps, _, _ := unstructured.NestedSlice(u.Object, "spec", "workflow", "steps")
+	for _, st := range steps {
+		if m, ok := st.(map[string]any); ok {
+			vols, _, _ := unstructured.NestedSlice(m, "workload", "volumes")
+			addVolumes(vols)
+		}
+	}
+	return names
+}
+
+// secretRefsOnly is the informer's transform: a run keeps its identity, the OrchestrationRun it is
+// a step of (its label) and the names of the Secrets it references (all of them, under
+// spec.secrets), nothing else, so the cache costs little per run.
 func secretRefsOnly(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -112,54 +140,81 @@ func secretRefsOnly(obj any) (any, error) {
 	out.SetName(u.GetName())
 	out.SetUID(u.GetUID())
 	out.SetResourceVersion(u.GetResourceVersion())
-	if names, ok, _ := unstructured.NestedStringSlice(u.Object, "spec", "secrets"); ok {
+	if or := u.GetLabels()[agentsv1alpha1.LabelOrchestrationRun]; or != "" {
+		out.SetLabels(map[string]string{agentsv1alpha1.LabelOrchestrationRun: or})
+	}
+	if names := secretNames(u); len(names) > 0 {
 		_ = unstructured.SetNestedStringSlice(out.Object, names, "spec", "secrets")
-	}
-	vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "workload", "volumes")
-	var kept []any
-	for _, v := range vols {
-		if m, ok := v.(map[string]any); ok {
-			if s, ok := m["secretName"].(string); ok && s != "" {
-				kept = append(kept, map[string]any{"secretName": s})
-			}
-		}
-	}
-	if kept != nil {
-		_ = unstructured.SetNestedSlice(out.Object, kept, "spec", "workload", "volumes")
 	}
 	return out, nil
 }
 
+// runsOf returns the AgentRuns whose Secrets an event about ref may quote: the run itself, or
+// an OrchestrationRun's step runs (whose messages its own carry).
+func (c *secretCache) runsOf(ctx context.Context, dyn dynamic.Interface, ref corev1.ObjectReference) []*unstructured.Unstructured {
+	runs := dyn.Resource(agentsv1alpha1.GroupVersion.WithResource("agentruns")).Namespace(ref.Namespace)
+	switch {
+	case ref.Kind == "AgentRun" && ref.APIVersion == agentsv1alpha1.GroupVersion.String():
+		if obj := c.cachedRun(ref); obj != nil {
+			c.reads.WithLabelValues("informer").Inc()
+			return []*unstructured.Unstructured{obj}
+		}
+		c.reads.WithLabelValues("api").Inc()
+		obj, err := runs.Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return []*unstructured.Unstructured{obj}
+	case ref.Kind == "OrchestrationRun" && ref.APIVersion == orchv1alpha1.GroupVersion.String():
+		if steps, ok := c.cachedSteps(ref); ok {
+			c.reads.WithLabelValues("informer").Inc()
+			return steps
+		}
+		c.reads.WithLabelValues("api").Inc()
+		l, err := runs.List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelOrchestrationRun + "=" + ref.Name})
+		if err != nil {
+			return nil
+		}
+		out := make([]*unstructured.Unstructured, 0, len(l.Items))
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+		return out
+	}
+	return nil
+}
+
+// cachedSteps are the informer's step runs of the OrchestrationRun ref names; ok is false when
+// its namespace is not watched.
+func (c *secretCache) cachedSteps(ref corev1.ObjectReference) ([]*unstructured.Unstructured, bool) {
+	c.mu.Lock()
+	st := c.runs[ref.Namespace]
+	c.mu.Unlock()
+	if st == nil {
+		return nil, false
+	}
+	var out []*unstructured.Unstructured
+	for _, item := range st.List() {
+		if u, ok := item.(*unstructured.Unstructured); ok && u.GetNamespace() == ref.Namespace && u.GetLabels()[agentsv1alpha1.LabelOrchestrationRun] == ref.Name {
+			out = append(out, u)
+		}
+	}
+	return out, true
+}
+
 // redactorFor returns a redactor that also removes the values of every Secret the object
-// references (an AgentRun's spec.secrets and secret volumes). A Secret that cannot be read is
-// skipped: the shape rules still apply.
+// references (an AgentRun's, or an OrchestrationRun's step runs': spec.secrets, secret volumes,
+// workflow steps' secret volumes), in every form redact.New knows. A Secret that cannot be read
+// is skipped: the shape rules still apply.
 func (c *secretCache) redactorFor(ctx context.Context, dyn dynamic.Interface, ref corev1.ObjectReference) *redact.Redactor {
-	if dyn == nil || ref.Kind != "AgentRun" || ref.APIVersion != agentsv1alpha1.GroupVersion.String() {
+	if dyn == nil {
 		return redact.New()
 	}
-	obj := c.cachedRun(ref)
-	if obj == nil {
-		c.reads.WithLabelValues("api").Inc()
-		var err error
-		obj, err = dyn.Resource(agentsv1alpha1.GroupVersion.WithResource("agentruns")).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return redact.New()
-		}
-	} else {
-		c.reads.WithLabelValues("informer").Inc()
-	}
-	names, _, _ := unstructured.NestedStringSlice(obj.Object, "spec", "secrets")
-	vols, _, _ := unstructured.NestedSlice(obj.Object, "spec", "workload", "volumes")
-	for _, v := range vols {
-		if m, ok := v.(map[string]any); ok {
-			if s, ok := m["secretName"].(string); ok && s != "" {
-				names = append(names, s)
-			}
-		}
-	}
 	var values []string
-	for _, n := range names {
-		values = append(values, c.get(ctx, ref.Namespace, n)...)
+	for _, run := range c.runsOf(ctx, dyn, ref) {
+		for _, n := range secretNames(run) {
+			values = append(values, c.get(ctx, ref.Namespace, n)...)
+		}
 	}
 	return redact.New(values...)
 }
