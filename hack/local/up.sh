@@ -223,6 +223,14 @@ EOF
 # creator may use; docs/security.md), unless a chart is to install them (make cluster-up).
 if [ "${AGENTPLANE_ADMISSION_POLICIES:-1}" = 1 ]; then
   "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/admission-policies.yaml" >/dev/null
+  # The recording policy needs the CRDs' OpenAPI schema, which kube-apiserver publishes a few
+  # seconds after a CRD is established: until then AgentRuns cannot be created.
+  run_admitted() {
+    "${KUBECTL[@]}" create --dry-run=server -f - >/dev/null 2>&1 <<'PROBE'
+{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"up-probe","namespace":"default"},"spec":{"agentRef":{"name":"x"},"runtime":{"type":"job"}}}
+PROBE
+  }
+  wait_for kube-apiserver 60 run_admitted
 fi
 node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for kwok 90 node_ready

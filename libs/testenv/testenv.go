@@ -120,6 +120,22 @@ func StartKube() (*Kube, error) {
 	if _, stderr, err := k.RunKubectl(context.Background(), "apply", "--server-side", "-f", policies); err != nil {
 		return nil, fmt.Errorf("apply %s: %v: %s", policies, err, stderr)
 	}
+	// The recording policy (a MutatingAdmissionPolicy) applies its change with the kind's OpenAPI
+	// schema, which the API server publishes for a new CRD a few seconds after it is established;
+	// until then creating an AgentRun fails ("Resource kind ... not found"). Wait for a dry run.
+	probe := []byte(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"testenv-probe","namespace":"default"},"spec":{"agentRef":{"name":"x"},"runtime":{"type":"job"}}}`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := k.Client.CoreV1().RESTClient().Post().AbsPath("/apis/agents.proompteng.ai/v1alpha1/namespaces/default/agentruns").
+			Param("dryRun", "All").SetHeader("Content-Type", "application/json").Body(probe).Do(context.Background()).Error()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("creating an AgentRun still fails a minute after the CRDs and admission policies were installed: %w", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	ok = true
 	return k, nil
 }

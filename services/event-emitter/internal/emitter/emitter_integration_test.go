@@ -679,8 +679,9 @@ func TestSecretValuesInEveryFormStayOutOfEvents(t *testing.T) {
 		step := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orch-plan", Labels: map[string]string{agentsv1alpha1.LabelOrchestrationRun: "orch"}},
 			Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}, Secrets: []string{"orch-secret"}}}
 		for _, r := range []*agentsv1alpha1.AgentRun{wf, step} {
-			// Retried: the client's discovery may not know the CRDs yet when this test runs first.
-			eventually(t, "create "+r.Name, func() error { return kc.Create(context.Background(), r) })
+			if err := kc.Create(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if ns == watched {
 			eventually(t, "the informer holds the runs", func() error {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/libs/redact"
 	"github.com/agentplane/agentplane/libs/status"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
@@ -54,17 +55,17 @@ func (s *Server) WriteStatus(ctx context.Context, in *pb.WriteStatusRequest) (*p
 			ObservedGeneration: in.GetObservedGeneration(),
 			Phase:              in.GetPhase(),
 			Reason:             in.GetReason(),
-			Message:            in.GetMessage(),
+			Message:            redact.String(in.GetMessage()),
 		},
 	}
 	for _, c := range in.GetConditions() {
 		req.Contract.Conditions = append(req.Contract.Conditions, metav1.Condition{
 			Type: c.GetType(), Status: metav1.ConditionStatus(c.GetStatus()), Reason: c.GetReason(),
-			Message: c.GetMessage(), ObservedGeneration: c.GetObservedGeneration(),
+			Message: redact.String(c.GetMessage()), ObservedGeneration: c.GetObservedGeneration(),
 		})
 	}
 	if in.GetFields() != nil {
-		req.Fields = in.GetFields().AsMap()
+		req.Fields = redactMessages(in.GetFields().AsMap()).(map[string]any)
 	}
 	res, err := s.writer.Write(ctx, req)
 	outcome, code := classify(err)
@@ -119,4 +120,25 @@ func metricKind(k string) string {
 		return k
 	}
 	return "unknown"
+}
+
+// redactMessages removes secret shapes (libs/redact) from every "message" string of a
+// kind-specific field (a workflow step's, an OrchestrationRun step's), at any depth: a status is
+// read by anyone who may read the run, and its messages quote what failed.
+func redactMessages(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if s, ok := x.(string); ok && k == "message" {
+				t[k] = redact.String(s)
+			} else {
+				t[k] = redactMessages(x)
+			}
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = redactMessages(x)
+		}
+	}
+	return v
 }

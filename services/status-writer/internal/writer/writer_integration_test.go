@@ -634,3 +634,35 @@ func TestWritesInAWatchedNamespaceReadFromTheInformer(t *testing.T) {
 		t.Errorf("claim right after a cancel: %v, want FailedPrecondition", err)
 	}
 }
+
+// TestSecretShapesStayOutOfStatus (#31 item 9): what a status message quotes (a run's, a
+// condition's, a workflow step's) reaches the object with bearer tokens, passwords and key shapes
+// removed, whichever controller wrote it.
+func TestSecretShapesStayOutOfStatus(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "leaky")
+	secrets := []string{"hunter22hunter", "ghp_0123456789abcdefghijABCDEFGHIJklmnop", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig"}
+	st, err := write(t, &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Failed", Reason: "StepFailed",
+		Message:    "push failed: password=" + secrets[0],
+		Conditions: []*pb.Condition{{Type: "Ready", Status: "False", Reason: "StepFailed", Message: "clone with " + secrets[1] + " refused"}},
+		Fields: mustStruct(t, map[string]any{"workflow": map[string]any{"steps": []any{
+			map[string]any{"name": "a", "phase": "Failed", "message": "Authorization: Bearer " + secrets[2]}}}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &agentsv1alpha1.AgentRun{}
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), got); err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := json.Marshal(got.Status)
+	answered, _ := json.Marshal(st)
+	for _, s := range secrets {
+		if strings.Contains(string(stored), s) || strings.Contains(string(answered), s) {
+			t.Errorf("%q reached the status: %s", s, stored)
+		}
+	}
+	if strings.Count(string(stored), "[REDACTED]") < 3 {
+		t.Errorf("the three messages were not all redacted: %s", stored)
+	}
+}
