@@ -41,6 +41,9 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 {{- end }}
 - name: JANGAR_HTTP_ADDR
   value: {{ printf "%s:%d" (include "watch-gateway.bindHost" .) (.Values.http.port | int) | quote }}
+{{- $svc := include "watch-gateway.fullname" . }}
+- name: JANGAR_HTTP_ALLOWED_HOSTS
+  value: {{ concat (list "localhost" $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) .Values.http.allowedHosts | join "," | quote }}
 - name: JANGAR_WATCH_HEARTBEAT
   value: {{ .Values.heartbeat | quote }}
 - name: JANGAR_WATCH_DEBOUNCE

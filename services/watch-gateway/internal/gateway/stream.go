@@ -281,6 +281,11 @@ func (g *Gateway) serveStreaming(w http.ResponseWriter, r *http.Request, f feed,
 	}
 	g.metrics.active.WithLabelValues("sse").Inc()
 	defer g.metrics.active.WithLabelValues("sse").Dec()
+	// The server's read and write deadlines bound requests, not this response, which runs until
+	// the watcher goes (an HTTP/2 stream: the server's own read loop watches the connection).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 
 	h := w.Header()
 	if format == "json" {

@@ -34,7 +34,10 @@ import (
 
 // Config is watch-gateway's own configuration.
 type Config struct {
-	HTTPAddr        string
+	HTTPAddr string
+	// AllowedHosts are the host names HTTP requests may name (JANGAR_HTTP_ALLOWED_HOSTS; IP
+	// addresses always may): localhost, and in a cluster the Service's names.
+	AllowedHosts    []string
 	Namespace       string
 	Heartbeat       time.Duration
 	Debounce        time.Duration
@@ -63,6 +66,7 @@ type Config struct {
 func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	c := Config{
 		HTTPAddr:        env.String("JANGAR_HTTP_ADDR", "127.0.0.1:18101"),
+		AllowedHosts:    env.List("JANGAR_HTTP_ALLOWED_HOSTS", []string{"localhost"}),
 		Heartbeat:       env.Duration("JANGAR_WATCH_HEARTBEAT", 30*time.Second),
 		Debounce:        env.Duration("JANGAR_WATCH_DEBOUNCE", 500*time.Millisecond),
 		Window:          env.Int("JANGAR_WATCH_WINDOW", 1024),
@@ -203,7 +207,10 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 			return err
 		}
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded requests: their headers and bodies (a slow sender is cut off), idle keep-alive
+	// connections. A stream clears its own read deadline once admitted (the responses run long).
+	srv := &http.Server{Handler: newHostAllowList(c.AllowedHosts, mux), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", c.HTTPAddr)
 	if err != nil {

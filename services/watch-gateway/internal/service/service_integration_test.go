@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,5 +170,42 @@ func TestMTLSRequiresAClientCertificateSignedByTheCA(t *testing.T) {
 	}
 	if err := call(&p.client); err != nil {
 		t.Fatalf("gRPC with a client certificate: %v", err)
+	}
+}
+
+// TestTheServedHTTPKeepsToItsHostsAndBoundsRequests (#31 items 7 and 8), on the real service: a
+// request naming another host is refused (421), one naming an allowed name or an IP address is
+// served; a request whose headers are too large is refused.
+func TestTheServedHTTPKeepsToItsHostsAndBoundsRequests(t *testing.T) {
+	_, url := run(t, map[string]string{"JANGAR_WATCH_AUTH_MODE": "none", "JANGAR_CONSOLE_ENABLED": "false",
+		"JANGAR_HTTP_ALLOWED_HOSTS": "localhost,gateway.example"})
+	url = strings.Replace(url, "https://", "http://", 1)
+	get := func(host string, header http.Header) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		return (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	}
+	for host, want := range map[string]int{"evil.example": http.StatusMisdirectedRequest, "gateway.example:8080": http.StatusOK, "localhost": http.StatusOK, "": http.StatusOK} {
+		resp, err := get(host, nil)
+		if err != nil {
+			t.Fatalf("Host %q: %v", host, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+	huge := http.Header{"X-Junk": {strings.Repeat("x", 100<<10)}}
+	if resp, err := get("localhost", huge); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("100 KiB of headers: %d, want 431", resp.StatusCode)
+		}
 	}
 }
