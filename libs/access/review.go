@@ -28,6 +28,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -103,6 +104,8 @@ type Reviewer struct {
 	inflight         map[cacheKey]*review // one review per key at a time; the others wait for it
 	// Reviews counts TokenReviews and SubjectAccessReviews sent (for tests and metrics).
 	reviews func(kind string)
+	// tokenReviews paces the TokenReviews of tokens the cache does not know.
+	tokenReviews *rate.Limiter
 }
 
 type cacheKey struct {
@@ -141,8 +144,14 @@ type ReviewerOptions struct {
 	// AllowTTL and DenyTTL: how long a decision is reused (defaults 30 s and 5 s). A revoked
 	// token or a deleted ServiceAccount is refused at most AllowTTL after the change.
 	AllowTTL, DenyTTL time.Duration
-	// OnReview, when set, is called for each review sent: "token" or "access".
+	// OnReview, when set, is called for each review sent ("token" or "access"), and for each
+	// token refused without one: "refused-locally" (not a plausible ServiceAccount token for the
+	// audiences) or "throttled" (more new tokens than ReviewsPerSecond allows).
 	OnReview func(kind string)
+	// ReviewsPerSecond bounds the TokenReviews sent for tokens the cache does not know (burst
+	// twice it; default 50): beyond it a new token is refused as Unavailable, so a flood of
+	// distinct tokens cannot make the server flood the API server.
+	ReviewsPerSecond float64
 	// Clock, for tests; the real clock by default.
 	Clock clock.PassiveClock
 }
@@ -161,8 +170,12 @@ func NewReviewer(kc kubernetes.Interface, o ReviewerOptions) *Reviewer {
 	if o.MissingToken == "" {
 		o.MissingToken = "a bearer token is required: send Authorization: Bearer <token>"
 	}
+	if o.ReviewsPerSecond <= 0 {
+		o.ReviewsPerSecond = 50
+	}
 	r := &Reviewer{kc: kc, audiences: o.Audiences, authorize: o.Authorize, missing: o.MissingToken, allowTTL: o.AllowTTL, denyTTL: o.DenyTTL,
-		clock: o.Clock, allowed: map[cacheKey]cached{}, refused: map[cacheKey]cached{}, inflight: map[cacheKey]*review{}, reviews: o.OnReview}
+		clock: o.Clock, allowed: map[cacheKey]cached{}, refused: map[cacheKey]cached{}, inflight: map[cacheKey]*review{}, reviews: o.OnReview,
+		tokenReviews: rate.NewLimiter(rate.Limit(o.ReviewsPerSecond), int(2*o.ReviewsPerSecond))}
 	if r.reviews == nil {
 		r.reviews = func(string) {}
 	}
@@ -184,6 +197,10 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 	if token == "" {
 		return "", &Error{Kind: Unauthenticated, Msg: r.missing}
 	}
+	if err := plausibleToken(token, r.audiences, r.clock.Now()); err != nil {
+		r.reviews("refused-locally")
+		return "", err
+	}
 	u, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}, func() (authnv1.UserInfo, error) {
 		return r.review(ctx, token, verb)
 	})
@@ -199,6 +216,10 @@ const authnVerb = ""
 func (r *Reviewer) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
 	if token == "" {
 		return authnv1.UserInfo{}, &Error{Kind: Unauthenticated, Msg: r.missing}
+	}
+	if err := plausibleToken(token, r.audiences, r.clock.Now()); err != nil {
+		r.reviews("refused-locally")
+		return authnv1.UserInfo{}, err
 	}
 	return r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: authnVerb}, func() (authnv1.UserInfo, error) {
 		return r.authenticate(ctx, token)
@@ -299,8 +320,12 @@ func (r *Reviewer) authorizeUser(ctx context.Context, u authnv1.UserInfo, verb s
 	return err
 }
 
-// authenticate sends the TokenReview.
+// authenticate sends the TokenReview, unless too many were sent just now.
 func (r *Reviewer) authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
+	if !r.tokenReviews.Allow() {
+		r.reviews("throttled")
+		return authnv1.UserInfo{}, &Error{Kind: Unavailable, Msg: "the server is reviewing too many new tokens at once; retry in a second"}
+	}
 	r.reviews("token")
 	tr, err := r.kc.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.audiences},

@@ -1,9 +1,12 @@
 package access
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -69,7 +72,20 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
-// fakeReviews answers TokenReviews (only "good" is authenticated) and access reviews (always
+// testJWT is a token shaped as a ServiceAccount token (a JWT with an expiry in an hour and the
+// audiences given) with a signature no one checks: the fake API server below decides.
+func testJWT(sub string, aud ...string) string {
+	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
+	claims := map[string]any{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()}
+	if len(aud) > 0 {
+		claims["aud"] = aud
+	}
+	return enc(map[string]string{"alg": "RS256"}) + "." + enc(claims) + ".c2ln"
+}
+
+var goodToken = testJWT("good")
+
+// fakeReviews answers TokenReviews (only goodToken is authenticated) and access reviews (always
 // allowed), counting the TokenReviews: a pure unit test of the cache, the real API server is in
 // the integration tests here and in the gateway's.
 func fakeReviews(t *testing.T) (*fake.Clientset, *int) {
@@ -79,7 +95,7 @@ func fakeReviews(t *testing.T) (*fake.Clientset, *int) {
 	kc.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		n++
 		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
-		if tr.Spec.Token == "good" {
+		if tr.Spec.Token == goodToken {
 			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "alice"}}
 		}
 		return true, tr, nil
@@ -94,24 +110,24 @@ func fakeReviews(t *testing.T) (*fake.Clientset, *int) {
 
 func TestBadTokensCannotEvictGrants(t *testing.T) {
 	kc, reviews := fakeReviews(t)
-	r := NewReviewer(kc, ReviewerOptions{Authorize: SubjectAccess(kc, "agents", ResourceAttributes{Resource: "r"}, nil)})
+	r := NewReviewer(kc, ReviewerOptions{Authorize: SubjectAccess(kc, "agents", ResourceAttributes{Resource: "r"}, nil), ReviewsPerSecond: 1e6})
 	ctx := t.Context()
-	if user, err := r.Check(ctx, "good", "watch"); err != nil || user != "alice" {
+	if user, err := r.Check(ctx, goodToken, "watch"); err != nil || user != "alice" {
 		t.Fatalf("good token: %q %v", user, err)
 	}
-	for i := range 2 * maxAllowed { // more than either cache holds
-		if _, err := r.Check(ctx, fmt.Sprintf("bad-%d", i), "watch"); KindOf(err) != Unauthenticated {
+	for i := range 2 * maxAllowed { // more than either cache holds, each a plausible token
+		if _, err := r.Check(ctx, testJWT(fmt.Sprintf("bad-%d", i)), "watch"); KindOf(err) != Unauthenticated {
 			t.Fatalf("bad token: %v", err)
 		}
 	}
 	before := *reviews
-	if _, err := r.Check(ctx, "good", "watch"); err != nil {
+	if _, err := r.Check(ctx, goodToken, "watch"); err != nil {
 		t.Fatal(err)
 	}
 	if *reviews != before {
 		t.Fatal("the good token was reviewed again: bad tokens evicted its grant")
 	}
-	if _, err := r.Check(ctx, "bad-0", "watch"); KindOf(err) != Unauthenticated {
+	if _, err := r.Check(ctx, testJWT("bad-0"), "watch"); KindOf(err) != Unauthenticated {
 		t.Fatalf("a refused token passed: %v", err)
 	}
 }
@@ -124,12 +140,66 @@ func TestAFailedReviewSaysOnlyThatToTheCaller(t *testing.T) {
 	reviews := 0
 	r := NewReviewer(kc, ReviewerOptions{OnReview: func(string) { reviews++ }})
 	for range 2 {
-		_, err := r.Check(t.Context(), "some-token", "watch")
+		_, err := r.Check(t.Context(), testJWT("some-token"), "watch")
 		if KindOf(err) != Unavailable || strings.Contains(err.Error(), "serviceaccount") || !strings.Contains(err.Error(), "retry") {
 			t.Fatalf("%v: want Unavailable, saying retry and nothing of the API server's answer", err)
 		}
 	}
 	if reviews != 2 {
 		t.Fatalf("%d reviews for two checks: a failed review must not be cached", reviews)
+	}
+}
+
+// A string that is not a ServiceAccount token for the server's audiences (junk, a JWT for
+// another audience, an expired one) is refused without a TokenReview, saying what to send.
+func TestImplausibleTokensCostNoReview(t *testing.T) {
+	kc, reviews := fakeReviews(t)
+	kinds := map[string]int{}
+	r := NewReviewer(kc, ReviewerOptions{Audiences: []string{"agentplane"}, OnReview: func(k string) { kinds[k]++ }})
+	expired := func() string {
+		enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
+		return enc(map[string]string{"alg": "RS256"}) + "." + enc(map[string]any{"exp": time.Now().Add(-time.Hour).Unix(), "aud": "agentplane"}) + ".c2ln"
+	}()
+	tokens := []string{"junk", "a.b.c", "Zm9v.YmFy.YmF6", testJWT("x"), testJWT("x", "https://kubernetes.default.svc"), expired}
+	for i := range 2000 {
+		tokens = append(tokens, fmt.Sprintf("junk-%d-%s", i, strings.Repeat("x", i%50)))
+	}
+	for _, tok := range tokens {
+		_, err := r.Check(t.Context(), tok, "watch")
+		if KindOf(err) != Unauthenticated || !strings.Contains(err.Error(), "refused without review") && !strings.Contains(err.Error(), "expired") {
+			t.Fatalf("%q: %v", tok, err)
+		}
+		if _, err := r.Authenticate(t.Context(), tok); KindOf(err) != Unauthenticated {
+			t.Fatalf("Authenticate(%q): %v", tok, err)
+		}
+	}
+	if *reviews != 0 || kinds["refused-locally"] != 2*len(tokens) {
+		t.Errorf("%d TokenReviews for %d implausible tokens (kinds %v), want none", *reviews, len(tokens), kinds)
+	}
+	if _, err := r.Check(t.Context(), testJWT("y", "agentplane"), "watch"); KindOf(err) != Unauthenticated || *reviews != 1 {
+		t.Errorf("a plausible token for the audience was not reviewed: %v (%d reviews)", err, *reviews)
+	}
+}
+
+// New tokens are reviewed at a bounded rate: a flood of distinct plausible tokens costs the API
+// server at most the burst plus the rate, the rest are told to retry.
+func TestNewTokensAreReviewedAtABoundedRate(t *testing.T) {
+	kc, reviews := fakeReviews(t)
+	throttled := 0
+	r := NewReviewer(kc, ReviewerOptions{ReviewsPerSecond: 10, OnReview: func(k string) {
+		if k == "throttled" {
+			throttled++
+		}
+	}})
+	start := time.Now()
+	for i := range 200 {
+		_, err := r.Check(t.Context(), testJWT(fmt.Sprintf("flood-%d", i)), "watch")
+		if KindOf(err) == Unavailable && !strings.Contains(err.Error(), "too many new tokens") {
+			t.Fatalf("throttled without saying so: %v", err)
+		}
+	}
+	allowed := 20 + 10*time.Since(start).Seconds() + 1
+	if float64(*reviews) > allowed || throttled == 0 || *reviews+throttled != 200 {
+		t.Errorf("%d reviews and %d throttled for 200 new tokens in %s, want at most %.0f reviews", *reviews, throttled, time.Since(start), allowed)
 	}
 }
