@@ -181,9 +181,10 @@ func TestTokensOfAllowedServiceAccountsOnly(t *testing.T) {
 	}
 
 	wantCode(t, "another ServiceAccount of the namespace", write(t, addr, withToken(other)), codes.PermissionDenied, "system:serviceaccount:default:intruder may not call")
-	wantCode(t, "a token for another audience", write(t, addr, withToken(wrongAudience)), codes.Unauthenticated, "not accepted")
-	wantCode(t, "an expired token", write(t, addr, withToken(expired)), codes.Unauthenticated, "not accepted")
-	wantCode(t, "a token that is not one", write(t, addr, withToken("not-a-token")), codes.Unauthenticated, "not accepted")
+	// Refused before any TokenReview: what the token says of itself already rules it out.
+	wantCode(t, "a token for another audience", write(t, addr, withToken(wrongAudience)), codes.Unauthenticated, "issued for audience")
+	wantCode(t, "an expired token", write(t, addr, withToken(expired)), codes.Unauthenticated, "expired")
+	wantCode(t, "a token that is not one", write(t, addr, withToken("not-a-token")), codes.Unauthenticated, "not a JWT")
 	wantCode(t, "no token", write(t, addr, grpcx.ClientOptions{}), codes.Unauthenticated, "requires a caller identity")
 	if got := rec.calls(); len(got) != 1 {
 		t.Fatalf("refused callers reached the service: %v", got)

@@ -13,7 +13,8 @@ import (
 // (three base64url parts, a header naming its algorithm, claims with an expiry). Anything else
 // (a junk string, a truncated token) is refused here, at no cost to the API server; so is a JWT
 // already expired, or, when the server names audiences, issued for none of them. The signature
-// is not checked here: the TokenReview does that.
+// is not checked here: the TokenReview does that. now is the wall clock (a token's expiry is
+// real time, whatever clock the cache runs on).
 func plausibleToken(token string, audiences []string, now time.Time) error {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
