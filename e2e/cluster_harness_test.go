@@ -24,12 +24,12 @@ import (
 )
 
 // The e2e suite's own cluster (make cluster-up): a name, node network and ports of its own, so
-// that it runs beside a developer's cluster (AGENTPLANE_CLUSTER_NET 0, offset 7000) and the other
+// that it runs beside a developer's cluster (AGENTPLANE_CLUSTER_NET 0, offset 7500) and the other
 // e2e stacks (offsets 1000 to 6000).
 const (
 	clusterName   = "agentplane-e2e"
 	clusterNet    = 1
-	clusterOffset = 8000
+	clusterOffset = 8500
 	clusterNS     = "agents"
 )
 

@@ -10,13 +10,14 @@
 #
 # Knobs: AGENTPLANE_CLUSTER_NAME (agentplane: the namespace, the node, cgroup and /run names),
 # AGENTPLANE_CLUSTER_NET (0..255, default 0: which 10.250.N.0/30 link and 10.244.N.0/24 pod
-# subnet), LOCAL_DIR (.cluster) and AGENTPLANE_PORT_OFFSET (7000), so that a second cluster (the
-# e2e suite's) runs beside a developer's.
+# subnet), LOCAL_DIR (.cluster) and AGENTPLANE_PORT_OFFSET (7500: none of its ports meets one of
+# make up's or of the e2e stacks' on offsets 1000 to 6000), so that a second cluster (the e2e
+# suite's, offset 8500) runs beside a developer's.
 
 CLUSTER_NAME=${AGENTPLANE_CLUSTER_NAME:-agentplane}
 CLUSTER_NET=${AGENTPLANE_CLUSTER_NET:-0}
 LOCAL_DIR=${LOCAL_DIR:-$ROOT/.cluster}
-export AGENTPLANE_PORT_OFFSET=${AGENTPLANE_PORT_OFFSET:-7000}
+export AGENTPLANE_PORT_OFFSET=${AGENTPLANE_PORT_OFFSET:-7500}
 # shellcheck source=../local/lib.sh
 . "$ROOT/hack/local/lib.sh"
 
