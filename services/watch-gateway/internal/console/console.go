@@ -81,6 +81,10 @@ type Console struct {
 	Status Authenticator
 	// Kinds decide, per run kind, who may get and patch runs (token and mtls modes).
 	Kinds map[string]gateway.Authorizer
+	// Reads decide who may see what a run's page shows besides the run, read with the gateway's
+	// own rights: ReadEvents (list events), ReadJobs (list jobs.batch), ReadOrchestrations (get
+	// orchestrations). Token mode asks them for the user; a missing one hides that part.
+	Reads map[string]gateway.Authorizer
 	// Runs is the runs stream's cache.
 	Runs *runs.Source
 	// Kube reads events and Jobs; Agents and Orch read Orchestrations and patch runs: the
@@ -94,6 +98,42 @@ type Console struct {
 	CancelDisabled bool
 	// OnCancel, when set, is told of each cancel the console made (metrics).
 	OnCancel func(kind, outcome string)
+}
+
+// The parts of a run's page read with the gateway's rights, each shown only to a user who may
+// read it (Console.Reads).
+const (
+	ReadEvents         = "events"
+	ReadJobs           = "jobs"
+	ReadOrchestrations = "orchestrations"
+)
+
+// mayRead checks that u may read part (list events, list jobs, get orchestrations) in the
+// namespace: token mode asks the API server for the user; none and mtls modes, like the run
+// itself, show it.
+func (c *Console) mayRead(ctx context.Context, u *authnv1.UserInfo, part string) error {
+	if c.Mode != access.Token {
+		return nil
+	}
+	az := c.Reads[part]
+	if az == nil || u == nil {
+		return &access.Error{Kind: access.Forbidden, Msg: "no access check is configured for " + part}
+	}
+	verb := "list"
+	if part == ReadOrchestrations {
+		verb = "get"
+	}
+	return az.CheckUser(ctx, *u, verb)
+}
+
+// hidden notes on the page that a part is not shown, and why.
+func hidden(d *Detail, part string, err error) {
+	if access.KindOf(err) == access.Forbidden {
+		d.Problems = append(d.Problems, "not shown: you may not "+map[string]string{ReadEvents: "list events", ReadJobs: "list jobs",
+			ReadOrchestrations: "get orchestrations"}[part]+" in this namespace")
+		return
+	}
+	d.Problems = append(d.Problems, "not shown: "+part+" could not be checked for you now; retry shortly")
 }
 
 // Handler routes / and /console/.
@@ -476,7 +516,11 @@ func (c *Console) runDetail(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Item = runs.AgentRunItem(ar)
 		d.Conditions = conditions(ar.Status.Conditions)
-		d.Jobs = c.jobsOf(ctx, name, &d)
+		if err := c.mayRead(ctx, u, ReadJobs); err != nil {
+			hidden(&d, ReadJobs, err)
+		} else {
+			d.Jobs = c.jobsOf(ctx, name, &d)
+		}
 	case runs.KindOrchestrationRun:
 		or, ok := c.Runs.OrchestrationRun(name)
 		if !ok {
@@ -485,9 +529,13 @@ func (c *Console) runDetail(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Item = runs.OrchestrationRunItem(or)
 		d.Conditions = conditions(or.Status.Conditions)
-		d.Steps = c.stepsOf(ctx, or, &d)
+		d.Steps = c.stepsOf(ctx, or, &d, c.mayRead(ctx, u, ReadOrchestrations))
 	}
-	d.Events = c.eventsOf(ctx, kind, name, &d)
+	if err := c.mayRead(ctx, u, ReadEvents); err != nil {
+		hidden(&d, ReadEvents, err)
+	} else {
+		d.Events = c.eventsOf(ctx, kind, name, &d)
+	}
 	d.CanCancel = !c.CancelDisabled && c.may(ctx, u, kind, "patch") == nil
 	writeJSON(w, http.StatusOK, d)
 }
@@ -523,16 +571,24 @@ func jobOf(j *batchv1.Job) Job {
 }
 
 // stepsOf is an OrchestrationRun's graph: the Orchestration's steps with their dependsOn, each
-// with its phase from the run's stepStatuses (Pending when not started).
-func (c *Console) stepsOf(ctx context.Context, or *orchv1alpha1.OrchestrationRun, d *Detail) []Step {
+// with its phase from the run's stepStatuses (Pending when not started). A user who may not read
+// the Orchestration (mayReadOrch) sees the run's steps without their dependencies.
+func (c *Console) stepsOf(ctx context.Context, or *orchv1alpha1.OrchestrationRun, d *Detail, mayReadOrch error) []Step {
 	phases := map[string]orchv1alpha1.StepStatus{}
 	for _, st := range or.Status.StepStatuses {
 		phases[st.Name] = st
 	}
 	var o orchv1alpha1.Orchestration
-	err := c.Orch.Get().Namespace(c.Namespace).Resource("orchestrations").Name(or.Spec.OrchestrationRef.Name).Do(ctx).Into(&o)
+	err := mayReadOrch
 	if err != nil {
-		d.Problems = append(d.Problems, fmt.Sprintf("Orchestration %s could not be read: %s", or.Spec.OrchestrationRef.Name, apiReason(err)))
+		hidden(d, ReadOrchestrations, err)
+	} else {
+		err = c.Orch.Get().Namespace(c.Namespace).Resource("orchestrations").Name(or.Spec.OrchestrationRef.Name).Do(ctx).Into(&o)
+		if err != nil {
+			d.Problems = append(d.Problems, fmt.Sprintf("Orchestration %s could not be read: %s", or.Spec.OrchestrationRef.Name, apiReason(err)))
+		}
+	}
+	if err != nil {
 		out := make([]Step, 0, len(or.Status.StepStatuses))
 		for _, st := range or.Status.StepStatuses {
 			out = append(out, stepOf(st.Name, nil, st))

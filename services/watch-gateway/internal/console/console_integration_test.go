@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	authzv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -99,7 +101,12 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	}
 	gw.ServeRuns(runsHub, runsAuth)
 	gw.AcceptSessions(keys)
-	con := &Console{Mode: mode, Namespace: ns, Sessions: keys, Kinds: kinds, Runs: src, Kube: env.Client, Agents: agents, Orch: orch}
+	reads := map[string]gateway.Authorizer{
+		ReadEvents:         access.NewResourceReviewer(env.Client, ns, "", "events", access.ReviewerOptions{}),
+		ReadJobs:           access.NewResourceReviewer(env.Client, ns, "batch", "jobs", access.ReviewerOptions{}),
+		ReadOrchestrations: access.NewResourceReviewer(env.Client, ns, orchv1alpha1.GroupVersion.Group, "orchestrations", access.ReviewerOptions{}),
+	}
+	con := &Console{Mode: mode, Namespace: ns, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src, Kube: env.Client, Agents: agents, Orch: orch}
 	if status != nil {
 		con.Status = status
 	}
@@ -591,6 +598,78 @@ func TestThePageForbidsAndHasNoInlineScript(t *testing.T) {
 		_ = readBody(t, resp)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Security-Policy") == "" {
 			t.Fatalf("GET %s: %d", asset, resp.StatusCode)
+		}
+	}
+}
+
+// TestARunsPageShowsOnlyWhatTheUserMayRead (#31 item 6): the gateway reads Events, Jobs and the
+// Orchestration with its own rights, but a run's page shows each only to a user the API server
+// lets list events, list jobs or get orchestrations; the others see the run and a note of what
+// is not shown.
+func TestARunsPageShowsOnlyWhatTheUserMayRead(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "console-reads")
+	s := startSite(t, ns, access.Token)
+	newRun(t, ns, "seen")
+	if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "seen-job", Labels: map[string]string{agentsv1alpha1.LabelAgentRun: "seen"}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "seen.1"}, Type: "Warning", Reason: "Forbidden",
+		Message: "about the run", InvolvedObject: corev1.ObjectReference{Kind: "AgentRun", Namespace: ns, Name: "seen"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, ok := s.src.AgentRun("seen"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never reached the console's cache")
+		}
+	}
+	pageReader := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list"}},
+	}
+	for _, u := range []struct {
+		name  string
+		rules []rbacv1.PolicyRule
+		sees  bool
+	}{{"runs-only", append([]rbacv1.PolicyRule{statusViewer}, runReader...), false}, {"everything", append(append([]rbacv1.PolicyRule{statusViewer}, runReader...), pageReader...), true}} {
+		token, err := env.ServiceAccountToken(ctx, ns, u.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant(t, env.Client, ns, u.name, u.rules...)
+		// The API server's RBAC learns of a new binding from an informer: wait until it does.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			sar, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+				User: "system:serviceaccount:" + ns + ":" + u.name, ResourceAttributes: &authzv1.ResourceAttributes{
+					Namespace: ns, Verb: "watch", Group: access.Group, Resource: "controlplane", Subresource: "status"}}}, metav1.CreateOptions{})
+			if err == nil && sar.Status.Allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's grant never took effect: %v", u.name, err)
+			}
+		}
+		h, _ := login(t, s, token)
+		code, body := do(t, http.MethodGet, s.url+"/console/api/runs/AgentRun/seen", h)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", u.name, code, body)
+		}
+		var d Detail
+		if err := json.Unmarshal([]byte(body), &d); err != nil {
+			t.Fatal(err)
+		}
+		shown := len(d.Jobs) == 1 && len(d.Events) == 1
+		notes := strings.Join(d.Problems, "; ")
+		switch {
+		case u.sees && (!shown || notes != ""):
+			t.Errorf("%s: Jobs %v, Events %v, problems %q: want both shown", u.name, d.Jobs, d.Events, notes)
+		case !u.sees && (len(d.Jobs)+len(d.Events) != 0 || !strings.Contains(notes, "may not list jobs") || !strings.Contains(notes, "may not list events")):
+			t.Errorf("%s: Jobs %v, Events %v, problems %q: want neither, and a note of each", u.name, d.Jobs, d.Events, notes)
 		}
 	}
 }

@@ -281,7 +281,12 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 	cancels := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_console_cancels_total",
 		Help: "Cancels asked through the web console, by run kind and outcome (cancelled, refused, not_found, error)."}, []string{"kind", "outcome"})
 	rt.Registry.MustRegister(cancels)
-	con := &console.Console{Mode: c.AuthMode, Namespace: c.Namespace, Sessions: keys, Kinds: kinds, Runs: src,
+	reads := map[string]gateway.Authorizer{
+		console.ReadEvents:         access.NewResourceReviewer(clients.Kube, c.Namespace, "", "events", reviewOpts),
+		console.ReadJobs:           access.NewResourceReviewer(clients.Kube, c.Namespace, "batch", "jobs", reviewOpts),
+		console.ReadOrchestrations: access.NewResourceReviewer(clients.Kube, c.Namespace, orchv1alpha1.GroupVersion.Group, "orchestrations", reviewOpts),
+	}
+	con := &console.Console{Mode: c.AuthMode, Namespace: c.Namespace, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src,
 		Kube: clients.Kube, Agents: agents, Orch: orch, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention,
 		CancelDisabled: !c.ConsoleCancel, OnCancel: func(kind, outcome string) { cancels.WithLabelValues(kind, outcome).Inc() }}
 	if statusReviewer != nil {
