@@ -402,9 +402,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.shot("signin")
 	beforeBad := b.mark()
 	b.do("sign in with a bad token", chromedp.SendKeys(chromedp.ID("token"), "not-a-real-token"), chromedp.Click(chromedp.CSS(`#signin-form button`)))
-	b.await("the refusal", `!document.getElementById("signin-error").hidden && document.getElementById("signin-error").textContent.includes("not accepted")`, minute)
+	b.await("the refusal", `!document.getElementById("signin-error").hidden && document.getElementById("signin-error").textContent.includes("refused without review")`, minute)
 	for _, c := range b.cookies(s.tokenURL) {
-		if c.Name == "agentplane_session" {
+		if strings.HasPrefix(c.Name, "agentplane_session") {
 			t.Fatal("a refused sign-in left a session cookie")
 		}
 	}
@@ -422,7 +422,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.await("the health view", `!document.getElementById("view-health").hidden && document.querySelectorAll("#components tbody tr").length >= 10`, minute)
 	var session *network.Cookie
 	for _, c := range b.cookies(s.tokenURL) {
-		if c.Name == "agentplane_session" {
+		// Named after the gateway's namespace (two gateways on one host keep their sessions apart).
+		if c.Name == "agentplane_session_agents" {
 			session = c
 		}
 	}

@@ -66,3 +66,19 @@ func notAServiceAccountToken(audiences []string, why string) error {
 	}
 	return &Error{Kind: Unauthenticated, Msg: "the bearer token is refused without review: " + why + "; send " + want + ")"}
 }
+
+// TokenExpiry is when a JWT bearer token says it expires (its exp claim), read without checking
+// its signature; zero when it says nothing. A session made from the token ends no later.
+func TokenExpiry(token string) time.Time {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	var claims struct {
+		Exp float64 `json:"exp"`
+	}
+	if decodeSegment(parts[1], &claims) != nil || claims.Exp <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(int64(claims.Exp), 0)
+}

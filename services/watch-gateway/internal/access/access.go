@@ -48,6 +48,7 @@ const EnvPrefix = "JANGAR_WATCH"
 var (
 	KindOf      = lib.KindOf
 	BearerToken = lib.BearerToken
+	TokenExpiry = lib.TokenExpiry
 )
 
 // ParseMode reads JANGAR_WATCH_AUTH_MODE.

@@ -295,7 +295,7 @@ func (c *Console) getSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		s = c.Sessions.Start(nil)
+		s = c.Sessions.Start(nil, time.Time{})
 		ck, err := c.Sessions.Cookie(s)
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err.Error())
@@ -378,7 +378,8 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		failAccess(w, err)
 		return
 	}
-	s := c.Sessions.Start(&u)
+	// The session ends no later than the token it was made from.
+	s := c.Sessions.Start(&u, access.TokenExpiry(token))
 	ck, err := c.Sessions.Cookie(s)
 	if err != nil {
 		done(http.StatusBadRequest, err.Error())

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	"net/http"
@@ -64,6 +65,9 @@ func namespace(t *testing.T, name string) string {
 	return name
 }
 
+// siteRecheck is how often a site's open streams re-check their reader.
+var siteRecheck = time.Minute
+
 func startSite(t *testing.T, ns string, mode access.Mode) site {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,7 +100,7 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	var runsAuth gateway.Authorizer
 	if mode == access.Token {
 		status = access.NewReviewer(env.Client, ns, access.ReviewerOptions{})
-		gw.RequireToken(status, time.Minute)
+		gw.RequireToken(status, siteRecheck)
 		runsAuth = gateway.AllOf{kinds[runs.KindAgentRun], kinds[runs.KindOrchestrationRun]}
 	}
 	gw.ServeRuns(runsHub, runsAuth)
@@ -444,7 +448,7 @@ func TestSignInExchangesATokenForASessionCookie(t *testing.T) {
 
 func mustCookie(t *testing.T, k *session.Keys) string {
 	t.Helper()
-	v, err := k.Encode(k.Start(nil))
+	v, err := k.Encode(k.Start(nil, time.Time{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,18 +646,7 @@ func TestARunsPageShowsOnlyWhatTheUserMayRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		grant(t, env.Client, ns, u.name, u.rules...)
-		// The API server's RBAC learns of a new binding from an informer: wait until it does.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			sar, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-				User: "system:serviceaccount:" + ns + ":" + u.name, ResourceAttributes: &authzv1.ResourceAttributes{
-					Namespace: ns, Verb: "watch", Group: access.Group, Resource: "controlplane", Subresource: "status"}}}, metav1.CreateOptions{})
-			if err == nil && sar.Status.Allowed {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s's grant never took effect: %v", u.name, err)
-			}
-		}
+		waitGranted(t, ns, u.name)
 		h, _ := login(t, s, token)
 		code, body := do(t, http.MethodGet, s.url+"/console/api/runs/AgentRun/seen", h)
 		if code != http.StatusOK {
@@ -670,6 +663,59 @@ func TestARunsPageShowsOnlyWhatTheUserMayRead(t *testing.T) {
 			t.Errorf("%s: Jobs %v, Events %v, problems %q: want both shown", u.name, d.Jobs, d.Events, notes)
 		case !u.sees && (len(d.Jobs)+len(d.Events) != 0 || !strings.Contains(notes, "may not list jobs") || !strings.Contains(notes, "may not list events")):
 			t.Errorf("%s: Jobs %v, Events %v, problems %q: want neither, and a note of each", u.name, d.Jobs, d.Events, notes)
+		}
+	}
+}
+
+// TestAStreamEndsWhenItsSessionDoes (#31 item 5): a session ends no later than the token it was
+// made from, and an open stream read with it ends when it does, at the next re-check; so does a
+// stream whose session's key was rotated away.
+func TestAStreamEndsWhenItsSessionDoes(t *testing.T) {
+	siteRecheck = 200 * time.Millisecond
+	defer func() { siteRecheck = time.Minute }()
+	ctx := context.Background()
+	ns := namespace(t, "console-session-end")
+	s := startSite(t, ns, access.Token)
+	if _, err := env.ServiceAccountToken(ctx, ns, "short"); err != nil {
+		t.Fatal(err)
+	}
+	grant(t, env.Client, ns, "short", append([]rbacv1.PolicyRule{statusViewer}, runReader...)...)
+	waitGranted(t, ns, "short")
+	u := &authnv1.UserInfo{Username: "system:serviceaccount:" + ns + ":short", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	ck, err := s.keys.Cookie(s.keys.Start(u, time.Now().Add(3*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	events, code := readSSE(t, sctx, s.url+gateway.RunsStreamPath, http.Header{"Cookie": {ck.String()}})
+	if code != http.StatusOK {
+		t.Fatalf("the stream refused the session: %d", code)
+	}
+	for range events { // until the stream ends
+	}
+	if took := time.Since(start); took < 2*time.Second || took > 10*time.Second {
+		t.Errorf("the stream of a session ending in 3 s ended after %s", took.Round(100*time.Millisecond))
+	}
+	if sctx.Err() != nil {
+		t.Fatal("the stream outlived its session")
+	}
+}
+
+// waitGranted waits until the API server's RBAC, which learns of a new binding from an informer,
+// lets the ServiceAccount sa watch the control plane's status.
+func waitGranted(t *testing.T, ns, sa string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		sar, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:" + ns + ":" + sa, ResourceAttributes: &authzv1.ResourceAttributes{
+				Namespace: ns, Verb: "watch", Group: access.Group, Resource: "controlplane", Subresource: "status"}}}, metav1.CreateOptions{})
+		if err == nil && sar.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's grant never took effect: %v", sa, err)
 		}
 	}
 }

@@ -71,6 +71,11 @@ type Authorizer interface {
 type Credential struct {
 	Token string
 	User  *authnv1.UserInfo
+	// Session is the console session cookie the user came with (checked again on every
+	// re-check: a rotated key ends it), Expires when the credential ends (the session's, or the
+	// token's own expiry): an open stream ends then.
+	Session string
+	Expires time.Time
 }
 
 // feed is one SSE stream: its hub and who may read it (nil: anyone).
@@ -108,17 +113,27 @@ func (g *Gateway) RunsHandler() http.Handler {
 // credential is what r presents: its bearer token, else its console session's user.
 func (g *Gateway) credential(r *http.Request) Credential {
 	if token, ok := access.BearerToken(r.Header.Get("Authorization")); ok {
-		return Credential{Token: token}
+		return Credential{Token: token, Expires: access.TokenExpiry(token)}
 	}
 	if s, ok := g.sessions.FromRequest(r); ok && !s.Anonymous() {
 		u := s.UserInfo()
-		return Credential{User: &u}
+		c, _ := r.Cookie(g.sessions.CookieNameOf())
+		return Credential{User: &u, Session: c.Value, Expires: time.Unix(s.Expires, 0)}
 	}
 	return Credential{}
 }
 
-// allowed asks auth whether cred may do verb.
-func allowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
+// allowed asks auth whether cred may do verb: a credential that has expired, or a session the
+// gateway's keys no longer sign (the key was rotated), may not.
+func (g *Gateway) allowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
+	if !cred.Expires.IsZero() && !time.Now().Before(cred.Expires) {
+		return &access.Error{Kind: access.Unauthenticated, Msg: "the credential expired at " + cred.Expires.UTC().Format(time.RFC3339) + ": sign in again (or send a new token)"}
+	}
+	if cred.Session != "" {
+		if _, err := g.sessions.Decode(cred.Session); err != nil {
+			return &access.Error{Kind: access.Unauthenticated, Msg: err.Error()}
+		}
+	}
 	if cred.User != nil {
 		return auth.CheckUser(ctx, *cred.User, verb)
 	}
@@ -420,6 +435,7 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 	recheck, stopRecheck := g.recheckTicker(g.auth)
 	defer stopRecheck()
 	cred := Credential{Token: grpcToken(stream.Context())}
+	cred.Expires = access.TokenExpiry(cred.Token)
 	for {
 		select {
 		case <-stream.Context().Done():
@@ -456,7 +472,7 @@ func (g *Gateway) authorizeHTTPVerb(ctx context.Context, w http.ResponseWriter, 
 	if auth == nil {
 		return nil
 	}
-	err := allowed(ctx, auth, cred, verb)
+	err := g.allowed(ctx, auth, cred, verb)
 	if err == nil {
 		return nil
 	}
@@ -489,7 +505,7 @@ func (g *Gateway) authorizeGRPC(ctx context.Context, verb string) error {
 // stillAllowed re-checks an open stream's credential: a refusal ends the stream, a failed review
 // (API server unreachable) does not.
 func (g *Gateway) stillAllowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
-	err := allowed(ctx, auth, cred, verb)
+	err := g.allowed(ctx, auth, cred, verb)
 	if err != nil && access.KindOf(err) != access.Unavailable {
 		return fmt.Errorf("access ended: %w", err)
 	}

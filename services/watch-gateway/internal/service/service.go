@@ -203,7 +203,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	}
 	mux.Handle("GET "+gateway.HistoryPath, otelhttp.NewHandler(gw.HistoryHandler(), "GET "+gateway.HistoryPath))
 	if c.Console {
-		if err := setupConsole(rt, c, clients, gw, mux, statusReviewer, reviewOpts); err != nil {
+		if err := setupConsole(rt, c, clients, gw, mux, statusReviewer, reviewOpts, tlsCfg != nil); err != nil {
 			return err
 		}
 	}
@@ -244,11 +244,18 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 
 // setupConsole serves the runs stream and the web console.
 func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.Gateway, mux *http.ServeMux,
-	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions) error {
+	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions, overTLS bool) error {
 	keys := session.Random(c.SessionTTL)
 	if c.SessionKeyFile != "" {
 		var err error
-		if keys, err = session.FromFile(c.SessionKeyFile, c.SessionTTL); err != nil {
+		keys, err = session.FromFile(c.SessionKeyFile, c.SessionTTL, func(err error) {
+			if err != nil {
+				rt.Logger.Warn("console session key: the changed file was not taken", "err", err)
+				return
+			}
+			rt.Logger.Info("console session key rotated: sessions signed with the old key have ended")
+		})
+		if err != nil {
 			return fmt.Errorf("JANGAR_CONSOLE_SESSION_KEY_FILE: %w", err)
 		}
 	} else if c.AuthMode == access.Token {
@@ -277,6 +284,9 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 		runsAuth = gateway.AllOf{kinds[runs.KindAgentRun], kinds[runs.KindOrchestrationRun]}
 	}
 	gw.ServeRuns(runsHub, runsAuth)
+	// The cookie names the namespace (two gateways on one host keep their sessions apart) and,
+	// over TLS, has the __Host- prefix.
+	keys.Name(c.Namespace, overTLS)
 	gw.AcceptSessions(keys)
 	cancels := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_console_cancels_total",
 		Help: "Cancels asked through the web console, by run kind and outcome (cancelled, refused, not_found, error)."}, []string{"kind", "outcome"})

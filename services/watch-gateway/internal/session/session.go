@@ -17,12 +17,14 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 )
 
-// CookieName is the session cookie's name.
+// CookieName is the session cookie's name when Keys.Name is not called: Name gives each
+// gateway's its own (agentplane_session_<namespace>, with the __Host- prefix over TLS).
 const CookieName = "agentplane_session"
 
 // MinKeyBytes is the shortest signing key accepted.
@@ -53,10 +55,22 @@ func (s Session) Anonymous() bool { return s.User == "" }
 
 // Keys signs and checks sessions.
 type Keys struct {
-	key []byte
-	ttl time.Duration
-	now func() time.Time
+	mu   sync.Mutex
+	key  []byte
+	ttl  time.Duration
+	now  func() time.Time
+	name string
+	// A key read from a file is read again when the file changes (checked at most every
+	// reloadEvery): rotating the Secret it is mounted from ends every session signed before.
+	path       string
+	checked    time.Time
+	modTime    time.Time
+	size       int64
+	onReloaded func(error)
 }
+
+// reloadEvery is how often a key file is looked at for a change.
+const reloadEvery = 10 * time.Second
 
 // New signs with key (at least MinKeyBytes) sessions that last ttl.
 func New(key []byte, ttl time.Duration) (*Keys, error) {
@@ -66,7 +80,55 @@ func New(key []byte, ttl time.Duration) (*Keys, error) {
 	if ttl <= 0 {
 		return nil, errors.New("the console's session lifetime must be positive")
 	}
-	return &Keys{key: append([]byte(nil), key...), ttl: ttl, now: time.Now}, nil
+	return &Keys{key: append([]byte(nil), key...), ttl: ttl, now: time.Now, name: CookieName}, nil
+}
+
+// Name names the cookie after the gateway's namespace, so that two gateways served on one host
+// (two port-forwards to localhost) keep their sessions apart; over TLS with the __Host- prefix,
+// which browsers accept only from a secure origin, for the whole host (Path=/) and no Domain.
+func (k *Keys) Name(namespace string, overTLS bool) *Keys {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.name = CookieName + "_" + strings.ReplaceAll(namespace, "-", "_")
+	if overTLS {
+		k.name = "__Host-" + k.name
+	}
+	return k
+}
+
+// CookieNameOf is the name of the cookie k sets.
+func (k *Keys) CookieNameOf() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.name
+}
+
+// signingKey is the key to sign and check with, re-read first when it comes from a file that
+// changed.
+func (k *Keys) signingKey() []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.path == "" || k.now().Sub(k.checked) < reloadEvery {
+		return k.key
+	}
+	k.checked = k.now()
+	fi, err := os.Stat(k.path)
+	if err != nil || (fi.ModTime().Equal(k.modTime) && fi.Size() == k.size) {
+		return k.key
+	}
+	raw, err := os.ReadFile(k.path)
+	key := []byte(strings.TrimRight(string(raw), " \t\r\n"))
+	switch {
+	case err != nil:
+	case len(key) < MinKeyBytes:
+		err = fmt.Errorf("the console's new session key has %d bytes; it needs at least %d: keeping the old one", len(key), MinKeyBytes)
+	default:
+		k.key, k.modTime, k.size = key, fi.ModTime(), fi.Size()
+	}
+	if k.onReloaded != nil {
+		k.onReloaded(err)
+	}
+	return k.key
 }
 
 // Random is New with a key drawn at start: sessions then end when the process does and are not
@@ -79,19 +141,35 @@ func Random(ttl time.Duration) *Keys {
 }
 
 // FromFile reads the key from a file (a mounted Secret): its bytes, trailing white space cut.
-func FromFile(path string, ttl time.Duration) (*Keys, error) {
+// The file is read again when it changes (a rotated Secret): sessions signed with the old key
+// then end (onReloaded, when set, is told of each reload, nil, or why the new key was refused).
+func FromFile(path string, ttl time.Duration, onReloaded func(error)) (*Keys, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the console's session key: %w", err)
+	}
 	raw, err := os.ReadFile(path) //nolint:gosec // G304: the path is the operator's configuration
 	if err != nil {
 		return nil, fmt.Errorf("read the console's session key: %w", err)
 	}
-	return New([]byte(strings.TrimRight(string(raw), " \t\r\n")), ttl)
+	k, err := New([]byte(strings.TrimRight(string(raw), " \t\r\n")), ttl)
+	if err != nil {
+		return nil, err
+	}
+	k.path, k.modTime, k.size, k.checked, k.onReloaded = path, fi.ModTime(), fi.Size(), k.now(), onReloaded
+	return k, nil
 }
 
-// Start makes a session for user (nil: anonymous).
-func (k *Keys) Start(user *authnv1.UserInfo) Session {
+// Start makes a session for user (nil: anonymous) that ends after the session lifetime, or at
+// notAfter when that comes first (the expiry of the token the user signed in with).
+func (k *Keys) Start(user *authnv1.UserInfo, notAfter time.Time) Session {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
-	s := Session{ID: base64.RawURLEncoding.EncodeToString(b), Expires: k.now().Add(k.ttl).Unix()}
+	end := k.now().Add(k.ttl)
+	if !notAfter.IsZero() && notAfter.Before(end) {
+		end = notAfter
+	}
+	s := Session{ID: base64.RawURLEncoding.EncodeToString(b), Expires: end.Unix()}
 	if user != nil {
 		s.User, s.UID, s.Groups = user.Username, user.UID, user.Groups
 	}
@@ -99,7 +177,7 @@ func (k *Keys) Start(user *authnv1.UserInfo) Session {
 }
 
 func (k *Keys) mac(parts ...string) []byte {
-	m := hmac.New(sha256.New, k.key)
+	m := hmac.New(sha256.New, k.signingKey())
 	for _, p := range parts {
 		m.Write([]byte(p))
 		m.Write([]byte{0})
@@ -156,7 +234,7 @@ func (k *Keys) FromRequest(r *http.Request) (Session, bool) {
 	if k == nil {
 		return Session{}, false
 	}
-	c, err := r.Cookie(CookieName)
+	c, err := r.Cookie(k.CookieNameOf())
 	if err != nil {
 		return Session{}, false
 	}
@@ -172,13 +250,13 @@ func (k *Keys) Cookie(s Session) (*http.Cookie, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &http.Cookie{Name: CookieName, Value: v, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode,
+	return &http.Cookie{Name: k.CookieNameOf(), Value: v, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode,
 		MaxAge: max(1, int(time.Until(time.Unix(s.Expires, 0)).Seconds()))}, nil
 }
 
 // Clear is the Set-Cookie that removes the session.
 func (k *Keys) Clear() *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode, MaxAge: -1}
+	return &http.Cookie{Name: k.CookieNameOf(), Value: "", Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode, MaxAge: -1}
 }
 
 // CSRF is the session's CSRF token.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func keys(t *testing.T, key string) *Keys {
 
 func TestASessionRoundTripsAndCarriesNoToken(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
-	s := k.Start(&authnv1.UserInfo{Username: "system:serviceaccount:agents:ops", UID: "u1", Groups: []string{"system:serviceaccounts"}})
+	s := k.Start(&authnv1.UserInfo{Username: "system:serviceaccount:agents:ops", UID: "u1", Groups: []string{"system:serviceaccounts"}}, time.Time{})
 	ck, err := k.Cookie(s)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestASessionRoundTripsAndCarriesNoToken(t *testing.T) {
 func TestTamperedForeignOrExpiredSessionsAreRefused(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
 	other := keys(t, strings.Repeat("o", 32))
-	s := k.Start(&authnv1.UserInfo{Username: "alice"})
+	s := k.Start(&authnv1.UserInfo{Username: "alice"}, time.Time{})
 	v, err := k.Encode(s)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func mustEncode(t *testing.T, k *Keys, s Session) string {
 
 func TestCSRFTokensBelongToOneSession(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
-	a, b := k.Start(nil), k.Start(nil)
+	a, b := k.Start(nil, time.Time{}), k.Start(nil, time.Time{})
 	if !k.CheckCSRF(a, k.CSRF(a)) {
 		t.Fatal("a session's own CSRF token was refused")
 	}
@@ -106,7 +107,59 @@ func TestShortKeysAndHugeSessionsAreRefused(t *testing.T) {
 	for i := range groups {
 		groups[i] = "group-with-a-long-name-" + strings.Repeat("x", 10)
 	}
-	if _, err := k.Cookie(k.Start(&authnv1.UserInfo{Username: "many", Groups: groups})); err == nil {
+	if _, err := k.Cookie(k.Start(&authnv1.UserInfo{Username: "many", Groups: groups}, time.Time{})); err == nil {
 		t.Fatal("a session too large for a cookie was encoded")
+	}
+}
+
+// A session ends no later than the token it was made from; the cookie names the namespace, with
+// the __Host- prefix over TLS; rotating the key file ends every session signed with the old key.
+func TestASessionIsBoundedByItsTokenItsKeyAndItsGateway(t *testing.T) {
+	k := keys(t, strings.Repeat("k", 32))
+	soon := time.Now().Add(10 * time.Minute)
+	s := k.Start(&authnv1.UserInfo{Username: "alice"}, soon)
+	if s.Expires != soon.Unix() {
+		t.Errorf("a session from a 10-minute token ends at %d, want %d (not the hour of the session lifetime)", s.Expires, soon.Unix())
+	}
+	if s := k.Start(&authnv1.UserInfo{Username: "alice"}, time.Now().Add(48*time.Hour)); s.Expires > time.Now().Add(time.Hour).Unix()+1 {
+		t.Errorf("a session from a long-lived token outlives the session lifetime: %d", s.Expires)
+	}
+	if n := k.Name("team-a", false).CookieNameOf(); n != "agentplane_session_team_a" {
+		t.Errorf("cookie name %q", n)
+	}
+	ck, _ := k.Name("team-a", true).Cookie(s)
+	if ck.Name != "__Host-agentplane_session_team_a" || !ck.Secure || ck.Path != "/" || ck.Domain != "" {
+		t.Errorf("over TLS: %+v", ck)
+	}
+
+	file := t.TempDir() + "/key"
+	if err := os.WriteFile(file, []byte(strings.Repeat("a", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reloads []error
+	fk, err := FromFile(file, time.Hour, func(err error) { reloads = append(reloads, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	fk.now = func() time.Time { return now }
+	v, _ := fk.Encode(fk.Start(&authnv1.UserInfo{Username: "alice"}, time.Time{}))
+	if _, err := fk.Decode(v); err != nil {
+		t.Fatal(err)
+	}
+	// A key too short is refused and the old one kept; a new good key ends the old sessions.
+	if err := os.WriteFile(file, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(11 * time.Second)
+	if _, err := fk.Decode(v); err != nil || len(reloads) != 1 || reloads[0] == nil {
+		t.Fatalf("a short key replaced the good one: %v %v", err, reloads)
+	}
+	if err := os.WriteFile(file, []byte(strings.Repeat("b", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(11 * time.Second)
+	if _, err := fk.Decode(v); err != ErrInvalid || len(reloads) != 2 || reloads[1] != nil {
+		t.Fatalf("after the key's rotation the old session: %v (reloads %v), want it refused", err, reloads)
 	}
 }
