@@ -25,10 +25,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
