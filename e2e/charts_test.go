@@ -290,12 +290,16 @@ func isConsoleUserRole(o manifest) bool {
 	}
 	for _, r := range o.Rules {
 		for _, res := range r.Resources {
-			if res != "controlplane/status" && res != "agentruns" && res != "orchestrationruns" {
+			// The runs, and what a run's page shows besides them (read only, below).
+			if !slices.Contains([]string{"controlplane/status", "agentruns", "orchestrationruns", "orchestrations", "events", "jobs"}, res) {
 				return false
 			}
 		}
 		for _, v := range r.Verbs {
 			if !slices.Contains([]string{"get", "list", "watch", "patch"}, v) {
+				return false
+			}
+			if v == "patch" && !slices.Contains([]string{"agentruns", "orchestrationruns"}, r.Resources[0]) {
 				return false
 			}
 		}
@@ -625,6 +629,9 @@ func TestWatchGatewayChartAccess(t *testing.T) {
 	wantEnv(t, token, "JANGAR_WATCH_AUTH_MODE", "token")
 	wantEnv(t, token, "JANGAR_HTTP_ADDR", "0.0.0.0:8080")
 	wantEnv(t, token, "JANGAR_GRPC_HOST", "0.0.0.0")
+	// Tokens for the gateway's own audience only (#31 item 4); an empty list is refused.
+	wantEnv(t, token, "JANGAR_WATCH_AUTH_AUDIENCES", "agentplane-gateway")
+	wantRefused(t, h, chart, "audiences", "--set-json", "auth.audiences=[]")
 	if !grants(token, "ClusterRole", "tokenreviews") || !grants(token, "Role", "localsubjectaccessreviews") {
 		t.Error("auth.mode=token: the gateway may not create TokenReviews (ClusterRole) and LocalSubjectAccessReviews (Role)")
 	}

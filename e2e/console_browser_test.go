@@ -314,7 +314,7 @@ func (s consoleStack) token(t *testing.T, name, role string) string {
 	if out, err := s.kubectl("create", "rolebinding", name, "--role", role, "--serviceaccount", "agents:"+name); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	tok, err := s.kubectl("create", "token", name, "--duration", "1h")
+	tok, err := s.kubectl("create", "token", name, "--duration", "1h", "--audience", "agentplane-gateway")
 	if err != nil {
 		t.Fatalf("%v %s", err, tok)
 	}

@@ -566,7 +566,7 @@ spec:
 		if err != nil || !strings.Contains(out, "---\nHEARTBEAT ") {
 			t.Fatalf("grpc watch through a port-forward: %v\n%s", err, out)
 		}
-		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "default", "status", "--transport", "grpc"); err == nil || !strings.Contains(out, "no watch-gateway Service") {
+		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "default", "status", "--transport", "grpc"); err == nil || !strings.Contains(out, "no Service watch-gateway in namespace default") {
 			t.Fatalf("no gateway in the namespace: %v\n%s", err, out)
 		}
 	})

@@ -138,7 +138,7 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	if out, err := kubectl("-n", "granted", "create", "serviceaccount", "operator"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	token, err := kubectl("-n", "granted", "create", "token", "operator")
+	token, err := kubectl("-n", "granted", "create", "token", "operator", "--audience", "agentplane-gateway")
 	if err != nil {
 		t.Fatalf("%v %s", err, token)
 	}

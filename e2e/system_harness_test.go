@@ -491,7 +491,7 @@ func (s *system) grantViewer() string {
 		"--serviceaccount", sysNamespace+":"+sysViewer); err != nil {
 		s.t.Fatalf("%v %s", err, out)
 	}
-	return s.token(sysViewer)
+	return s.token(sysViewer, "agentplane-gateway")
 }
 
 // helmTest runs the pod `helm test` would run for a service's release (its chart's test-health

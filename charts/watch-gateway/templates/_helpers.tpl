@@ -50,10 +50,8 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.debounce | quote }}
 - name: JANGAR_WATCH_AUTH_MODE
   value: {{ .Values.auth.mode | quote }}
-{{- with .Values.auth.audiences }}
 - name: JANGAR_WATCH_AUTH_AUDIENCES
-  value: {{ join "," . | quote }}
-{{- end }}
+  value: {{ join "," .Values.auth.audiences | quote }}
 {{- if .Values.tls.secretName }}
 - name: JANGAR_WATCH_TLS_CERT_FILE
   value: /etc/watch-gateway/tls/tls.crt

@@ -86,7 +86,8 @@ func permanent(err error, server string) (error, bool) {
 		switch s.Code() {
 		case codes.Unauthenticated:
 			return withCode(ExitAccess, fmt.Errorf("watch-gateway at %s did not accept the credentials (UNAUTHENTICATED): %s; "+
-				"pass a token it accepts with --gateway-token-file or --gateway-token (AGENTCTL_TOKEN), or a client certificate with --tls-cert/--tls-key", server, msg)), true
+				"pass a token issued for its audience (kubectl create token NAME --audience agentplane-gateway) with --gateway-token-file or --gateway-token (AGENTCTL_TOKEN), "+
+				"or a client certificate with --tls-cert/--tls-key", server, msg)), true
 		case codes.PermissionDenied:
 			return withCode(ExitAccess, fmt.Errorf("watch-gateway at %s refused access (PERMISSION_DENIED): %s", server, msg)), true
 		case codes.InvalidArgument:

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	"k8s.io/client-go/rest"
 
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 )
@@ -229,24 +226,20 @@ func TestDeprecatedGatewayFlagsStillWork(t *testing.T) {
 	}
 }
 
-func TestTheKubeconfigTokenGoesOnlyToAGatewayFoundThroughIt(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "token")
-	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// TestTheKubeconfigTokenNeverGoesToTheGateway (#31 item 3): what agentctl presents to
+// watch-gateway comes from its --gateway-token* flags or AGENTCTL_TOKEN only; a kubeconfig with
+// a bearer token changes nothing.
+func TestTheKubeconfigTokenNeverGoesToTheGateway(t *testing.T) {
 	for _, c := range []struct {
-		env  string
-		cfg  rest.Config
-		want string
+		flag, env, want string
 	}{
-		{"", rest.Config{BearerToken: "kube-token"}, "kube-token"},
-		{"", rest.Config{BearerTokenFile: file}, "from-file"},
-		{"explicit", rest.Config{BearerToken: "kube-token"}, "explicit"},
-		{"", rest.Config{}, ""},
+		{"", "", ""},
+		{"", "from-env", "from-env"},
+		{"from-flag", "from-env", "from-flag"},
 	} {
-		if got := gatewayToken(c.env, &c.cfg); got != c.want {
-			t.Errorf("env %q, config %+v: %q, want %q", c.env, c.cfg, got, c.want)
+		o := &statusOptions{access: grpcAccess{token: c.flag}}
+		if got := o.gatewayAccess(c.env).token; got != c.want {
+			t.Errorf("flag %q env %q: %q, want %q", c.flag, c.env, got, c.want)
 		}
 	}
 }

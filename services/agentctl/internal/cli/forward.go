@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -101,24 +100,20 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// gatewayLabel finds watch-gateway's Service, as its chart labels it.
-const gatewayLabel = "app.kubernetes.io/name=watch-gateway"
+// defaultGatewayService is the watch-gateway chart's Service name for a release named
+// watch-gateway (make up, the README's per-service install).
+const defaultGatewayService = "watch-gateway"
 
-// forwardToGateway finds the watch-gateway Service in namespace, picks a ready pod behind it
-// and port-forwards to its gRPC port.
-func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace string) (string, func(), error) {
-	svcs, err := kc.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: gatewayLabel})
+// forwardToGateway port-forwards to the gRPC port of a ready pod behind the Service named name
+// in namespace. The Service is taken by name only, never by a label (anyone who may create
+// Services could set it), and agentctl sends it no kubeconfig credential either way.
+func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace, name string) (string, func(), error) {
+	svc, err := kc.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil, withCode(ExitRejected, fmt.Errorf("no Service %s in namespace %s: install the watch-gateway chart, pass -n, --gateway-service NAME (the release's Service) or --gateway host:port", name, namespace))
+	}
 	if err != nil {
-		return "", nil, fmt.Errorf("find watch-gateway's Service in namespace %s: %w", namespace, err)
-	}
-	if len(svcs.Items) == 0 {
-		return "", nil, withCode(ExitRejected, fmt.Errorf("no watch-gateway Service (label %s) in namespace %s: install the watch-gateway chart, pass -n, or give --gateway host:port", gatewayLabel, namespace))
-	}
-	svc := svcs.Items[0]
-	for _, s := range svcs.Items {
-		if s.Name == "watch-gateway" {
-			svc = s
-		}
+		return "", nil, fmt.Errorf("get watch-gateway's Service %s/%s: %w", namespace, name, err)
 	}
 	var target *intstr.IntOrString
 	for _, p := range svc.Spec.Ports {
@@ -130,8 +125,8 @@ func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Inter
 			target = &tp
 		}
 	}
-	if target == nil {
-		return "", nil, withCode(ExitRejected, fmt.Errorf("Service %s/%s has no port named grpc", namespace, svc.Name))
+	if target == nil || len(svc.Spec.Selector) == 0 {
+		return "", nil, withCode(ExitRejected, fmt.Errorf("Service %s/%s has no selector or no port named grpc: is it watch-gateway's? (--gateway-service)", namespace, svc.Name))
 	}
 	pod, port, err := readyPod(ctx, kc, namespace, svc.Spec.Selector, *target)
 	if err != nil {
@@ -151,18 +146,4 @@ func serviceDialer(cfg *rest.Config, kc kubernetes.Interface, namespace string) 
 		}
 		return forwardToPod(ctx, cfg, kc, namespace, pod, port)
 	}
-}
-
-// kubeconfigToken is the bearer token of the kubeconfig's user, if it has one: what agentctl
-// presents to a token-mode gateway when no --gateway-token is given.
-func kubeconfigToken(cfg *rest.Config) string {
-	if cfg.BearerToken != "" {
-		return cfg.BearerToken
-	}
-	if cfg.BearerTokenFile != "" {
-		if b, err := os.ReadFile(cfg.BearerTokenFile); err == nil {
-			return strings.TrimSpace(string(b))
-		}
-	}
-	return ""
 }

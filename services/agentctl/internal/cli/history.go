@@ -27,7 +27,8 @@ type historyOptions struct {
 func addGatewayFlags(cmd *cobra.Command, o *statusOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.server, "gateway", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address (env AGENTCTL_SERVER; default: found through the kubeconfig and port-forwarded)")
-	f.StringVar(&o.access.token, "gateway-token", "", "bearer token for watch-gateway (default $AGENTCTL_TOKEN, else the kubeconfig's for a gateway found through it)")
+	f.StringVar(&o.access.token, "gateway-token", "", "bearer token for watch-gateway, issued for its audience (default $AGENTCTL_TOKEN; never the kubeconfig's)")
+	f.StringVar(&o.gatewayService, "gateway-service", defaultGatewayService, "the watch-gateway Service in -n to port-forward to when no --gateway is given")
 	f.StringVar(&o.access.tokenFile, "gateway-token-file", "", "file holding the bearer token for watch-gateway")
 	f.StringVar(&o.access.caFile, "tls-ca", os.Getenv("AGENTCTL_TLS_CA"), "CA certificate to verify watch-gateway's TLS; setting any --tls-* flag turns TLS on (env AGENTCTL_TLS_CA)")
 	f.StringVar(&o.access.certFile, "tls-cert", os.Getenv("AGENTCTL_TLS_CERT"), "client certificate for mTLS to watch-gateway (env AGENTCTL_TLS_CERT)")

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/health"
 )
@@ -24,6 +23,7 @@ type statusOptions struct {
 	watch, followOnly, retry, fallbackPoll, debug bool
 	exitCode                                      bool
 	output, transport, since, server              string
+	gatewayService                                string
 	heartbeat, retryBackoff, timeout              time.Duration
 	access                                        grpcAccess
 }
@@ -43,6 +43,7 @@ func addStatusFlags(cmd *cobra.Command, o *statusOptions, defaultOutput string) 
 	f.DurationVar(&o.timeout, "timeout", 0, "overall watch duration (default: none)")
 	f.StringVar(&o.transport, "transport", "", "kube (default) or grpc (default when --gateway or AGENTCTL_SERVER is set; without them the gateway is found through the kubeconfig)")
 	f.StringVar(&o.server, "gateway", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address for --transport grpc (env AGENTCTL_SERVER)")
+	f.StringVar(&o.gatewayService, "gateway-service", defaultGatewayService, "the watch-gateway Service in -n that --transport grpc port-forwards to when no --gateway is given")
 	f.StringVar(&o.server, "server", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address")
 	_ = f.MarkDeprecated("server", "use --gateway (kubectl's --server names the API server)")
 	f.BoolVar(&o.debug, "debug", false, "log transport, cursor and reconnects to stderr")
@@ -74,11 +75,13 @@ the agentplane CRDs, each runtime, Redis, and each agentplane service.
 Two transports give the same model (seed 004):
   kube (default)  computed in agentctl from the Kubernetes API with your kubeconfig's rights
   grpc            read from watch-gateway: at --gateway host:port (or AGENTCTL_SERVER), or,
-                  without it, found through the kubeconfig (its Service in -n) and reached
+                  without it, the Service --gateway-service (watch-gateway) in -n, reached
                   by a port-forward through the API server, as kubectl port-forward does;
-                  with a bearer token (--gateway-token, --gateway-token-file, AGENTCTL_TOKEN,
-                  else, for a gateway found through the kubeconfig, the kubeconfig's own
-                  token) or a client certificate (--tls-cert, --tls-key) when it asks for one
+                  with a bearer token issued for the gateway's audience (--gateway-token,
+                  --gateway-token-file or AGENTCTL_TOKEN, from kubectl create token NAME
+                  --audience agentplane-gateway) or a client certificate (--tls-cert,
+                  --tls-key) when it asks for one. The kubeconfig's credentials never go to
+                  the gateway.
 
 In kube mode each service's own health (grpc.health.v1) is read through a port-forward to one of
 its pods; nothing is dialled by a cluster DNS name, so it works from a laptop.
@@ -237,11 +240,7 @@ func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source,
 	}
 	note := notifier(cmd.ErrOrStderr(), o)
 	if o.transport == "grpc" && o.server != "" {
-		a := o.access
-		if a.token == "" && a.tokenFile == "" {
-			a.token = os.Getenv("AGENTCTL_TOKEN")
-		}
-		src, err := newGRPCSource(o.server, g.namespaceFlag(), a)
+		src, err := newGRPCSource(o.server, g.namespaceFlag(), o.gatewayAccess(os.Getenv("AGENTCTL_TOKEN")))
 		if err != nil {
 			return nil, withCode(ExitUsage, err)
 		}
@@ -266,18 +265,14 @@ func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source,
 		return nil, withCode(ExitUsage, fmt.Errorf("kubeconfig: %w", err))
 	}
 	if o.transport == "grpc" { // no --gateway: find it through the kubeconfig, as kubectl port-forward would
-		addr, stop, err := forwardToGateway(cmd.Context(), cfg, kc, ns)
+		addr, stop, err := forwardToGateway(cmd.Context(), cfg, kc, ns, o.gatewayService)
 		if err != nil {
 			if perm, ok := permanent(err, "the API server"); ok {
 				return nil, perm
 			}
 			return nil, withCode(ExitUnavailable, fmt.Errorf("reach watch-gateway through the API server: %w", err))
 		}
-		a := o.access
-		if a.token == "" && a.tokenFile == "" {
-			a.token = gatewayToken(os.Getenv("AGENTCTL_TOKEN"), cfg)
-		}
-		src, err := newGRPCSource(addr, g.namespaceFlag(), a)
+		src, err := newGRPCSource(addr, g.namespaceFlag(), o.gatewayAccess(os.Getenv("AGENTCTL_TOKEN")))
 		if err != nil {
 			stop()
 			return nil, withCode(ExitUsage, err)
@@ -290,14 +285,17 @@ func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source,
 	return newKubeSource(kc, dyn, ns, serviceDialer(cfg, kc, ns)), nil
 }
 
-// gatewayToken is the token agentctl presents to a gateway it found through the kubeconfig:
-// AGENTCTL_TOKEN, else the kubeconfig user's bearer token (the gateway reviews it with the same
-// API server). A --gateway address given by hand gets only a token given by hand.
-func gatewayToken(env string, cfg *rest.Config) string {
-	if env != "" {
-		return env
+// gatewayAccess is what agentctl presents to watch-gateway: the --gateway-token* flags, else
+// AGENTCTL_TOKEN (env), and nothing else. The kubeconfig's credentials are for the API server and
+// never go to the gateway, not even to one found through the kubeconfig: a Service anyone may
+// create could stand in for it. The gateway takes only tokens issued for its own audience
+// (kubectl create token NAME --audience agentplane-gateway).
+func (o *statusOptions) gatewayAccess(env string) grpcAccess {
+	a := o.access
+	if a.token == "" && a.tokenFile == "" {
+		a.token = env
 	}
-	return kubeconfigToken(cfg)
+	return a
 }
 
 // notice writes agentctl's own lines on stderr: reconnects always, the rest with --debug.

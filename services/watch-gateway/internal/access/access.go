@@ -7,6 +7,7 @@ package access
 
 import (
 	"crypto/tls"
+	"strings"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -42,6 +43,12 @@ const (
 	VerbGet   = "get"
 )
 
+// GatewayAudience is the audience a bearer token must be issued for to be accepted by the gateway
+// (JANGAR_WATCH_AUTH_AUDIENCES by default): `kubectl create token NAME --audience
+// agentplane-gateway`. A token of the API server's own audience, which every kubeconfig holds and
+// every pod has mounted, is refused, so nobody's API-server credential is worth sending here.
+const GatewayAudience = "agentplane-gateway"
+
 // EnvPrefix prefixes the gateway's variables: JANGAR_WATCH_AUTH_MODE, JANGAR_WATCH_TLS_*.
 const EnvPrefix = "JANGAR_WATCH"
 
@@ -69,7 +76,8 @@ func ServerConfig(mode Mode, f TLSFiles) (*tls.Config, error) {
 func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *Reviewer {
 	o.Authorize = lib.SubjectAccess(kc, namespace, lib.ResourceAttributes{Group: Group, Resource: Resource, Subresource: Subresource}, o.OnReview)
 	if o.MissingToken == "" {
-		o.MissingToken = "a bearer token is required: send Authorization: Bearer <token> (agentctl: --token or --token-file)"
+		o.MissingToken = "a bearer token is required: send Authorization: Bearer <token>, a token issued for this gateway's audience " +
+			"(kubectl create token NAME --audience " + strings.Join(audiencesOr(o.Audiences), ",") + "; agentctl: --gateway-token or --gateway-token-file)"
 	}
 	return lib.NewReviewer(kc, o)
 }
@@ -83,4 +91,11 @@ func NewResourceReviewer(kc kubernetes.Interface, namespace, group, resource str
 		o.MissingToken = "sign in to the console, or send Authorization: Bearer <token>"
 	}
 	return lib.NewReviewer(kc, o)
+}
+
+func audiencesOr(a []string) []string {
+	if len(a) == 0 {
+		return []string{GatewayAudience}
+	}
+	return a[:1]
 }

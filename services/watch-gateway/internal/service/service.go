@@ -74,7 +74,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		Redis:           redisx.LoadConfig(env, ""),
 		TemporalAddress: env.String("JANGAR_TEMPORAL_ADDRESS", ""),
 		Targets:         map[string]string{},
-		AuthAudiences:   env.List("JANGAR_WATCH_AUTH_AUDIENCES", nil),
+		AuthAudiences:   env.List("JANGAR_WATCH_AUTH_AUDIENCES", []string{access.GatewayAudience}),
 		AuthRecheck:     env.Duration("JANGAR_WATCH_AUTH_RECHECK", time.Minute),
 		TLS: access.TLSFiles{
 			CertFile:     env.String("JANGAR_WATCH_TLS_CERT_FILE", ""),
@@ -94,6 +94,10 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		return c, err
 	}
 	c.AuthMode = mode
+	if mode == access.Token && len(c.AuthAudiences) == 0 {
+		return c, fmt.Errorf("JANGAR_WATCH_AUTH_AUDIENCES is empty: token mode needs an audience of its own (default %s), "+
+			"or tokens made for the API server (which every kubeconfig carries) would be accepted here", access.GatewayAudience)
+	}
 	c.Namespace = svc.PodNamespace
 	if len(svc.Namespaces) > 0 {
 		c.Namespace = svc.Namespaces[0]

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
@@ -207,5 +213,74 @@ func TestTheServedHTTPKeepsToItsHostsAndBoundsRequests(t *testing.T) {
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("100 KiB of headers: %d, want 431", resp.StatusCode)
 		}
+	}
+}
+
+// TestTokenModeTakesOnlyTokensForTheGatewaysAudience (#31 item 4), on the real service with its
+// default configuration: a token of the API server's own audience (what a kubeconfig or a pod's
+// mounted token holds) is refused, on gRPC and HTTP, with a message naming the audience to ask
+// for; a token issued for agentplane-gateway, of the same user, is served.
+func TestTokenModeTakesOnlyTokensForTheGatewaysAudience(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "audience-viewer", Namespace: "default"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"agents.proompteng.ai"}, Resources: []string{"controlplane/status"}, Verbs: []string{"get", "watch"}}}}
+	if _, err := env.Client.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "audience-viewer", Namespace: "default"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "audience-viewer"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "audience-viewer", Namespace: "default"}}}
+	if _, err := env.Client.RbacV1().RoleBindings("default").Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apiServerToken, err := env.ServiceAccountToken(ctx, "default", "audience-viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gatewayToken, err := env.ServiceAccountToken(ctx, "default", "audience-viewer", "agentplane-gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr, url := run(t, map[string]string{"JANGAR_WATCH_AUTH_MODE": "token", "JANGAR_CONSOLE_ENABLED": "false"})
+	url = strings.Replace(url, "https://", "http://", 1)
+	conn, err := grpcx.Dial(grpcAddr, grpcx.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	get := func(token string) error {
+		c, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token), 10*time.Second)
+		defer cancel()
+		_, err := jangarv1.NewAgentctlServiceClient(conn).GetControlPlaneStatus(c, &jangarv1.GetControlPlaneStatusRequest{})
+		return err
+	}
+	sse := func(token string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		return resp.StatusCode, ""
+	}
+
+	err = get(apiServerToken)
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "--audience agentplane-gateway") {
+		t.Errorf("gRPC with the API server's audience: %v, want Unauthenticated naming --audience agentplane-gateway", err)
+	}
+	if code, body := sse(apiServerToken); code != http.StatusUnauthorized || !strings.Contains(body, "--audience agentplane-gateway") {
+		t.Errorf("SSE with the API server's audience: %d %q, want 401 naming --audience agentplane-gateway", code, body)
+	}
+	if err := get(gatewayToken); err != nil {
+		t.Errorf("gRPC with a token for agentplane-gateway: %v", err)
+	}
+	if code, body := sse(gatewayToken); code != http.StatusOK {
+		t.Errorf("SSE with a token for agentplane-gateway: %d %s", code, body)
 	}
 }

@@ -47,3 +47,24 @@ func TestHeartbeatBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenModeNeedsAnAudienceOfItsOwn (#31 item 4): by default tokens must be issued for
+// agentplane-gateway; an empty audience list, which would accept the API server's tokens, is
+// refused at start.
+func TestTokenModeNeedsAnAudienceOfItsOwn(t *testing.T) {
+	svc := config.Service{Name: "watch-gateway"}
+	c, err := LoadConfig(config.FromMap(map[string]string{"JANGAR_WATCH_AUTH_MODE": "token"}), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.AuthAudiences) != 1 || c.AuthAudiences[0] != "agentplane-gateway" {
+		t.Errorf("default audiences %q, want [agentplane-gateway]", c.AuthAudiences)
+	}
+	_, err = LoadConfig(config.FromMap(map[string]string{"JANGAR_WATCH_AUTH_MODE": "token", "JANGAR_WATCH_AUTH_AUDIENCES": " , "}), svc)
+	if err == nil || !strings.Contains(err.Error(), "JANGAR_WATCH_AUTH_AUDIENCES is empty") {
+		t.Errorf("empty audiences in token mode: %v, want a refusal", err)
+	}
+	if _, err := LoadConfig(config.FromMap(map[string]string{"JANGAR_WATCH_AUTH_MODE": "mtls", "JANGAR_WATCH_AUTH_AUDIENCES": ""}), svc); err != nil && strings.Contains(err.Error(), "AUDIENCES") {
+		t.Errorf("mtls mode needs no audience: %v", err)
+	}
+}
