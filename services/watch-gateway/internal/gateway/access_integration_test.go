@@ -282,3 +282,110 @@ func TestConcurrentChecksOfOneTokenShareOneReview(t *testing.T) {
 		t.Fatalf("%d TokenReviews and %d access reviews for 100 concurrent checks, want 1 and 1", reviews.get("token"), reviews.get("access"))
 	}
 }
+
+// TestEachCallerHoldsAtMostItsShareOfWatches (#31 item 7), with tokens the real API server
+// issued and reviews it answers: one user holds at most JANGAR_WATCH_MAX_STREAMS_PER_USER watches
+// (429 naming the bound beyond it) while another user still gets in; a closed watch gives its
+// slot back; one client address (not loopback) holds at most JANGAR_WATCH_MAX_STREAMS_PER_ADDRESS,
+// whoever signs them.
+func TestEachCallerHoldsAtMostItsShareOfWatches(t *testing.T) {
+	kc := kubernetes.NewForConfigOrDie(env.Config)
+	alice := serviceAccountToken(t, kc, "cap-alice")
+	bob := serviceAccountToken(t, kc, "cap-bob")
+	grantStatus(t, kc, "cap-alice")
+	grantStatus(t, kc, "cap-bob")
+	st := startGatewayWith(t, nil, time.Second, 100, func(g *Gateway) {
+		g.RequireToken(access.NewReviewer(kc, "default", access.ReviewerOptions{}), time.Minute)
+		g.LimitPerCaller(2, 3)
+	})
+	// Another listener for the same gateway on every interface, reached at a non-loopback
+	// address of this machine, so that its requests come from that address.
+	ip := nonLoopbackIPv4(t)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+StreamPath, st.gw)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	remoteURL := "http://" + ln.Addr().String() + StreamPath
+
+	open := func(url, token string) (*http.Response, string) {
+		t.Helper()
+		resp := get(t, url, token)
+		if resp.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp, string(body)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		// Admitted: the stream's first line has arrived.
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatalf("reading an admitted stream: %v", err)
+		}
+		return resp, ""
+	}
+
+	a1, _ := open(st.url, alice)
+	a2, _ := open(st.url, alice)
+	if a1.StatusCode != http.StatusOK || a2.StatusCode != http.StatusOK {
+		t.Fatalf("alice's first two watches: %d %d", a1.StatusCode, a2.StatusCode)
+	}
+	if resp, body := open(st.url, alice); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "JANGAR_WATCH_MAX_STREAMS_PER_USER") {
+		t.Fatalf("alice's third watch: %d %q, want 429 naming the per-user bound", resp.StatusCode, body)
+	}
+	if resp, body := open(st.url, bob); resp.StatusCode != http.StatusOK {
+		t.Fatalf("bob while alice is at her bound: %d %q", resp.StatusCode, body)
+	}
+	// alice closes one; its slot comes back (the gateway notices at its next write, a heartbeat).
+	a1.Body.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, body := open(st.url, alice)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice after closing a watch: still %d %q", resp.StatusCode, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// From one non-loopback address: three watches in all (bob has one slot left, so use it and
+	// then another user's), the fourth refused naming the address, whoever sends it.
+	carol := serviceAccountToken(t, kc, "cap-carol")
+	grantStatus(t, kc, "cap-carol")
+	dave := serviceAccountToken(t, kc, "cap-dave")
+	grantStatus(t, kc, "cap-dave")
+	for i, tok := range []string{bob, carol, carol} {
+		if resp, body := open(remoteURL, tok); resp.StatusCode != http.StatusOK {
+			t.Fatalf("watch %d from %s: %d %q", i+1, ip, resp.StatusCode, body)
+		}
+	}
+	if resp, body := open(remoteURL, dave); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "from "+ip) {
+		t.Fatalf("a fourth watch from %s: %d %q, want 429 naming the address", ip, resp.StatusCode, body)
+	}
+	// dave from loopback (not counted per address) still gets in.
+	if resp, body := open(st.url, dave); resp.StatusCode != http.StatusOK {
+		t.Fatalf("dave from loopback: %d %q", resp.StatusCode, body)
+	}
+}
+
+// nonLoopbackIPv4 is an IPv4 address of this machine other than loopback (Docker's bridge, the
+// machine's own network).
+func nonLoopbackIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Fatal("this machine has no IPv4 address but loopback: the per-address bound cannot be tried")
+	return ""
+}

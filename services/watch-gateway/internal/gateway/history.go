@@ -86,7 +86,7 @@ func (g *Gateway) HistoryHandler() http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if err := g.authorizeHTTPVerb(r.Context(), w, g.auth, g.credential(r), access.VerbGet); err != nil {
+		if _, err := g.authorizeHTTPVerb(r.Context(), w, g.auth, g.credential(r), access.VerbGet); err != nil {
 			return
 		}
 		if g.history == nil {
@@ -126,7 +126,7 @@ func (g *Gateway) GetControlPlaneStatusHistory(ctx context.Context, req *jangarv
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := g.authorizeGRPC(ctx, access.VerbGet); err != nil {
+	if _, err := g.authorizeGRPC(ctx, access.VerbGet); err != nil {
 		return nil, err
 	}
 	if g.history == nil {

@@ -43,6 +43,8 @@ type detachedConn struct {
 	ndjson bool
 	hb     time.Duration
 	cred   Credential
+	// release gives the watch's slot back (streamLimits), when it closes.
+	release func()
 
 	mu        sync.Mutex
 	done      bool
@@ -87,7 +89,7 @@ func (c *detachedConn) encode(ev health.Event) []byte {
 
 // serveDetached takes the connection over; it returns false (and has written nothing) when the
 // connection cannot be taken over.
-func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, f feed, ndjson bool, hb time.Duration, since string, cred Credential) bool {
+func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, f feed, ndjson bool, hb time.Duration, since string, cred Credential, release func()) bool {
 	hj, ok := w.(http.Hijacker)
 	if !ok || r.ProtoMajor != 1 {
 		return false
@@ -99,7 +101,7 @@ func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, f feed, 
 		return false
 	}
 	_ = conn.SetDeadline(time.Time{})
-	c := &detachedConn{g: g, feed: f, conn: conn, ndjson: ndjson, hb: hb, cred: cred}
+	c := &detachedConn{g: g, feed: f, conn: conn, ndjson: ndjson, hb: hb, cred: cred, release: release}
 	contentType := "text/event-stream"
 	if ndjson {
 		contentType = "application/x-ndjson"
@@ -266,7 +268,7 @@ func (c *detachedConn) closeLocked(reason string) {
 	_ = c.conn.Close()
 	c.feed.hub.Detach(c)
 	c.g.trackDetached(c, false)
-	c.g.active.Add(-1)
+	c.release()
 	c.g.metrics.active.WithLabelValues("sse").Dec()
 	if reason != "" {
 		c.g.metrics.errors.WithLabelValues("sse", reason).Inc()

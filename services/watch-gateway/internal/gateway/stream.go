@@ -6,12 +6,12 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -48,8 +48,7 @@ type Gateway struct {
 	history   *history.Store
 	namespace string
 	heartbeat time.Duration
-	maxActive int64
-	active    atomic.Int64
+	limits    *streamLimits
 	metrics   *Metrics
 	auth      Authorizer
 	recheck   time.Duration
@@ -125,20 +124,19 @@ func (g *Gateway) credential(r *http.Request) Credential {
 
 // allowed asks auth whether cred may do verb: a credential that has expired, or a session the
 // gateway's keys no longer sign (the key was rotated), may not.
-func (g *Gateway) allowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
+func (g *Gateway) allowed(ctx context.Context, auth Authorizer, cred Credential, verb string) (user string, err error) {
 	if !cred.Expires.IsZero() && !time.Now().Before(cred.Expires) {
-		return &access.Error{Kind: access.Unauthenticated, Msg: "the credential expired at " + cred.Expires.UTC().Format(time.RFC3339) + ": sign in again (or send a new token)"}
+		return "", &access.Error{Kind: access.Unauthenticated, Msg: "the credential expired at " + cred.Expires.UTC().Format(time.RFC3339) + ": sign in again (or send a new token)"}
 	}
 	if cred.Session != "" {
 		if _, err := g.sessions.Decode(cred.Session); err != nil {
-			return &access.Error{Kind: access.Unauthenticated, Msg: err.Error()}
+			return "", &access.Error{Kind: access.Unauthenticated, Msg: err.Error()}
 		}
 	}
 	if cred.User != nil {
-		return auth.CheckUser(ctx, *cred.User, verb)
+		return cred.User.Username, auth.CheckUser(ctx, *cred.User, verb)
 	}
-	_, err := auth.Check(ctx, cred.Token, verb)
-	return err
+	return auth.Check(ctx, cred.Token, verb)
 }
 
 var _ jangarv1.AgentctlServiceServer = (*Gateway)(nil)
@@ -149,6 +147,7 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	Dispatch prometheus.Histogram
 	denied   *prometheus.CounterVec
+	limited  *prometheus.CounterVec
 	Reviews  *prometheus.CounterVec
 }
 
@@ -163,6 +162,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Dispatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentplane_watch_delta_dispatch_seconds",
 			Help: "Time from a delta's generation to its hand-off to a watcher (SSE over HTTP/1.1: to the end of its write into the watcher's socket).", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 20)}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_denied_total", Help: "Requests refused by access control, by transport and reason."}, []string{"transport", "reason"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_streams_limited_total",
+			Help: "Watches refused for a bound: total (JANGAR_WATCH_MAX_STREAMS) or caller (per user or per client address)."}, []string{"bound"}),
 		Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentplane_watch_access_reviews_total",
 			Help: "TokenReviews (kind=token) and SubjectAccessReviews (kind=access) sent to the API server; cached decisions are not counted."}, []string{"kind"}),
 	}
@@ -175,18 +176,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.denied.WithLabelValues(tr, reason)
 		}
 	}
-	reg.MustRegister(m.active, m.errors, m.Dispatch, m.denied, m.Reviews)
+	m.limited.WithLabelValues("total")
+	m.limited.WithLabelValues("caller")
+	reg.MustRegister(m.active, m.errors, m.Dispatch, m.denied, m.limited, m.Reviews)
 	return m
 }
 
 // NewGateway serves hub for namespace; heartbeat is the default interval, maxActive bounds the
-// open watches (beyond it: 503 / RESOURCE_EXHAUSTED).
+// open watches (beyond it: 503 / UNAVAILABLE; LimitPerCaller adds per-user and per-address bounds,
+// beyond which a caller gets 429 / RESOURCE_EXHAUSTED).
 func NewGateway(hub *health.Hub, namespace string, heartbeat time.Duration, maxActive int, m *Metrics) *Gateway {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
 	hub.OnDispatch = func(d time.Duration) { m.Dispatch.Observe(d.Seconds()) }
-	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, maxActive: int64(maxActive), metrics: m,
+	return &Gateway{hub: hub, namespace: namespace, heartbeat: heartbeat, limits: newStreamLimits(maxActive, 0, 0), metrics: m,
 		keepAlive: keepAliveDefault, detached: map[*detachedConn]struct{}{}}
 }
 
@@ -196,12 +200,23 @@ func (g *Gateway) isClosing() bool {
 	return g.closing
 }
 
-func (g *Gateway) acquire() bool {
-	if g.active.Add(1) > g.maxActive {
-		g.active.Add(-1)
-		return false
+// LimitPerCaller bounds the watches one user (perUser) and one client address (perAddr, loopback
+// not counted) may hold open at once; 0 leaves that bound off.
+func (g *Gateway) LimitPerCaller(perUser, perAddr int) {
+	g.limits.perUser, g.limits.perAddr = perUser, perAddr
+}
+
+// acquire takes a watch slot for user from remoteAddr; release returns it.
+func (g *Gateway) acquire(user, remoteAddr string) (release func(), err *limitError) {
+	release, err = g.limits.take(user, remoteAddr)
+	if err != nil {
+		bound := "caller"
+		if err.total {
+			bound = "total"
+		}
+		g.metrics.limited.WithLabelValues(bound).Inc()
 	}
-	return true
+	return release, err
 }
 
 func (g *Gateway) parseHeartbeat(s string) (time.Duration, error) {
@@ -266,7 +281,8 @@ func (g *Gateway) serveFeed(w http.ResponseWriter, r *http.Request, f feed) {
 		since = q.Get("since")
 	}
 	cred := g.credential(r)
-	if err := g.authorizeHTTP(r.Context(), w, f.auth, cred); err != nil {
+	user, err := g.authorizeHTTP(r.Context(), w, f.auth, cred)
+	if err != nil {
 		return
 	}
 	if g.isClosing() {
@@ -274,15 +290,20 @@ func (g *Gateway) serveFeed(w http.ResponseWriter, r *http.Request, f feed) {
 		http.Error(w, "the gateway is shutting down; retry", http.StatusServiceUnavailable)
 		return
 	}
-	if !g.acquire() {
+	release, limited := g.acquire(user, r.RemoteAddr)
+	if limited != nil {
 		w.Header().Set("Retry-After", "5")
-		http.Error(w, "too many status watches; retry later", http.StatusServiceUnavailable)
+		code := http.StatusTooManyRequests // this caller's bound
+		if limited.total {
+			code = http.StatusServiceUnavailable
+		}
+		http.Error(w, limited.Error(), code)
 		return
 	}
-	if g.serveDetached(w, r, f, format == "ndjson", hb, since, cred) {
+	if g.serveDetached(w, r, f, format == "ndjson", hb, since, cred, release) {
 		return // the connection is the hub's now; it releases the slot when it closes
 	}
-	defer g.active.Add(-1)
+	defer release()
 	g.serveStreaming(w, r, f, format, hb, since, cred)
 }
 
@@ -382,7 +403,7 @@ func (g *Gateway) GetControlPlaneStatus(ctx context.Context, req *jangarv1.GetCo
 	if ns := req.GetNamespace(); ns != "" && ns != g.namespace {
 		return nil, status.Errorf(codes.FailedPrecondition, "this gateway reports namespace %q, not %q", g.namespace, ns)
 	}
-	if err := g.authorizeGRPC(ctx, access.VerbGet); err != nil {
+	if _, err := g.authorizeGRPC(ctx, access.VerbGet); err != nil {
 		return nil, err
 	}
 	waitReady(ctx, g.hub)
@@ -408,13 +429,22 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 		}
 		hb = d
 	}
-	if err := g.authorizeGRPC(stream.Context(), access.VerbWatch); err != nil {
+	user, err := g.authorizeGRPC(stream.Context(), access.VerbWatch)
+	if err != nil {
 		return err
 	}
-	if !g.acquire() {
-		return status.Error(codes.Unavailable, "too many status watches; retry later")
+	remote := ""
+	if p, ok := peer.FromContext(stream.Context()); ok && p.Addr != nil {
+		remote = p.Addr.String()
 	}
-	defer g.active.Add(-1)
+	release, limited := g.acquire(user, remote)
+	if limited != nil {
+		if limited.total {
+			return status.Error(codes.Unavailable, limited.Error())
+		}
+		return status.Error(codes.ResourceExhausted, limited.Error())
+	}
+	defer release()
 	g.metrics.active.WithLabelValues("grpc").Inc()
 	defer g.metrics.active.WithLabelValues("grpc").Dec()
 	waitReady(stream.Context(), g.hub)
@@ -463,18 +493,19 @@ func (g *Gateway) WatchControlPlaneStatus(req *jangarv1.WatchControlPlaneStatusR
 }
 
 // authorizeHTTP answers 401, 403 or 503 and returns an error when the request may not proceed.
-func (g *Gateway) authorizeHTTP(ctx context.Context, w http.ResponseWriter, auth Authorizer, cred Credential) error {
+// It returns the user the credential belongs to ("" when streams are not authenticated).
+func (g *Gateway) authorizeHTTP(ctx context.Context, w http.ResponseWriter, auth Authorizer, cred Credential) (string, error) {
 	return g.authorizeHTTPVerb(ctx, w, auth, cred, access.VerbWatch)
 }
 
 // authorizeHTTPVerb is authorizeHTTP for any verb.
-func (g *Gateway) authorizeHTTPVerb(ctx context.Context, w http.ResponseWriter, auth Authorizer, cred Credential, verb string) error {
+func (g *Gateway) authorizeHTTPVerb(ctx context.Context, w http.ResponseWriter, auth Authorizer, cred Credential, verb string) (string, error) {
 	if auth == nil {
-		return nil
+		return "", nil
 	}
-	err := g.allowed(ctx, auth, cred, verb)
+	user, err := g.allowed(ctx, auth, cred, verb)
 	if err == nil {
-		return nil
+		return user, nil
 	}
 	code := http.StatusServiceUnavailable
 	switch access.KindOf(err) {
@@ -488,24 +519,24 @@ func (g *Gateway) authorizeHTTPVerb(ctx context.Context, w http.ResponseWriter, 
 	}
 	g.metrics.denied.WithLabelValues("sse", reasonOf(err)).Inc()
 	http.Error(w, err.Error(), code)
-	return err
+	return "", err
 }
 
-func (g *Gateway) authorizeGRPC(ctx context.Context, verb string) error {
+func (g *Gateway) authorizeGRPC(ctx context.Context, verb string) (user string, err error) {
 	if g.auth == nil {
-		return nil
+		return "", nil
 	}
-	if _, err := g.auth.Check(ctx, grpcToken(ctx), verb); err != nil {
+	if user, err = g.auth.Check(ctx, grpcToken(ctx), verb); err != nil {
 		g.metrics.denied.WithLabelValues("grpc", reasonOf(err)).Inc()
-		return grpcAccessError(err)
+		return "", grpcAccessError(err)
 	}
-	return nil
+	return user, nil
 }
 
 // stillAllowed re-checks an open stream's credential: a refusal ends the stream, a failed review
 // (API server unreachable) does not.
 func (g *Gateway) stillAllowed(ctx context.Context, auth Authorizer, cred Credential, verb string) error {
-	err := g.allowed(ctx, auth, cred, verb)
+	_, err := g.allowed(ctx, auth, cred, verb)
 	if err != nil && access.KindOf(err) != access.Unavailable {
 		return fmt.Errorf("access ended: %w", err)
 	}

@@ -37,12 +37,15 @@ type Config struct {
 	HTTPAddr string
 	// AllowedHosts are the host names HTTP requests may name (JANGAR_HTTP_ALLOWED_HOSTS; IP
 	// addresses always may): localhost, and in a cluster the Service's names.
-	AllowedHosts    []string
-	Namespace       string
-	Heartbeat       time.Duration
-	Debounce        time.Duration
-	Window          int
-	MaxStreams      int
+	AllowedHosts []string
+	Namespace    string
+	Heartbeat    time.Duration
+	Debounce     time.Duration
+	Window       int
+	MaxStreams   int
+	// Bounds per user and per client address (loopback not counted); 0 turns one off.
+	MaxStreamsUser  int
+	MaxStreamsAddr  int
 	Targets         map[string]string
 	Redis           redisx.Config
 	TemporalAddress string
@@ -71,6 +74,8 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		Debounce:        env.Duration("JANGAR_WATCH_DEBOUNCE", 500*time.Millisecond),
 		Window:          env.Int("JANGAR_WATCH_WINDOW", 1024),
 		MaxStreams:      env.Int("JANGAR_WATCH_MAX_STREAMS", 20000),
+		MaxStreamsUser:  env.Int("JANGAR_WATCH_MAX_STREAMS_PER_USER", 100),
+		MaxStreamsAddr:  env.Int("JANGAR_WATCH_MAX_STREAMS_PER_ADDRESS", 200),
 		Redis:           redisx.LoadConfig(env, ""),
 		TemporalAddress: env.String("JANGAR_TEMPORAL_ADDRESS", ""),
 		Targets:         map[string]string{},
@@ -117,6 +122,9 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	}
 	if c.Window < 1 || c.MaxStreams < 1 {
 		return c, errors.New("JANGAR_WATCH_WINDOW and JANGAR_WATCH_MAX_STREAMS must be at least 1")
+	}
+	if c.MaxStreamsUser < 0 || c.MaxStreamsAddr < 0 {
+		return c, errors.New("JANGAR_WATCH_MAX_STREAMS_PER_USER and JANGAR_WATCH_MAX_STREAMS_PER_ADDRESS must be 0 (no bound) or more")
 	}
 	if c.Heartbeat < time.Second || c.Heartbeat > 5*time.Minute {
 		return c, fmt.Errorf("JANGAR_WATCH_HEARTBEAT %s must be between 1s and 5m", c.Heartbeat)
@@ -179,6 +187,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	collector := health.NewCollector(kc, dyn, hub, opts)
 	m := gateway.NewMetrics(rt.Registry)
 	gw := gateway.NewGateway(hub, c.Namespace, c.Heartbeat, c.MaxStreams, m)
+	gw.LimitPerCaller(c.MaxStreamsUser, c.MaxStreamsAddr)
 	reviewOpts := access.ReviewerOptions{Audiences: c.AuthAudiences, OnReview: func(kind string) { m.Reviews.WithLabelValues(kind).Inc() }}
 	var statusReviewer *access.Reviewer
 	if c.AuthMode == access.Token {
