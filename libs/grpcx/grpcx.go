@@ -67,17 +67,19 @@ type Server struct {
 	*grpc.Server
 	Health *health.Server
 
-	streams    context.Context
-	endStreams context.CancelFunc
-	metrics    *ServerMetrics
+	streams       context.Context
+	endStreams    context.CancelFunc
+	metrics       *ServerMetrics
+	healthWatches *watchBound
 }
 
-// NewServer returns a server instrumented with otelgrpc and metrics, with grpc.health.v1 and
-// reflection registered. Extra options (credentials, auth interceptors) come after the defaults.
+// NewServer returns a server instrumented with otelgrpc and metrics, with grpc.health.v1 (its
+// unauthenticated Watch streams bounded: HealthWatchMax, HealthWatchPerAddress) and reflection
+// registered. Extra options (credentials, auth interceptors) come after the defaults.
 func NewServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *Server {
-	s := &Server{Health: health.NewServer()}
+	s := &Server{Health: health.NewServer(), healthWatches: newWatchBound(HealthWatchMax, HealthWatchPerAddress)}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
-	s.Server, s.metrics = newInstrumentedServer(reg, append([]grpc.ServerOption{grpc.ChainStreamInterceptor(s.endable)}, extra...)...)
+	s.Server, s.metrics = newInstrumentedServer(reg, append([]grpc.ServerOption{grpc.ChainStreamInterceptor(s.endable, s.boundHealthWatches)}, extra...)...)
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)
 	return s
