@@ -262,7 +262,7 @@ func TestARunUsesOnlyWhatItsCreatorMayUse(t *testing.T) {
 		for i := range 13 {
 			names = append(names, "s"+string(rune('a'+i)))
 		}
-		grant(t, ns, "carol", runs, rule("", "secrets", nil, "get"))
+		grant(t, ns, "carol", runs, rule("", "secrets", nil, "get")) //nolint:contextcheck // grant makes its own context, as at every other call
 		carol := impersonate(t, "carol")
 		twelve := run("open", secrets(names[:12]...))
 		if err := carol.Create(ctx, twelve); err != nil {

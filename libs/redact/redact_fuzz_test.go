@@ -28,7 +28,7 @@ func FuzzRedactNeverLeaksTheCorpus(f *testing.F) {
 		// each form it takes in a message: as it is, trimmed, base64, JSON- and Go-quoted.
 		stored := "K8s\"Secret\\Value-" + c.name + "\n"
 		forms := secretForms(stored)
-		form := forms[int(pick/uint8(len(corpus)))%len(forms)]
+		form := forms[(int(pick)/len(corpus))%len(forms)]
 		text = prefix + form + suffix
 		if out := New(stored).String(text); strings.Contains(out, form) && !strings.Contains(prefix+suffix, form) {
 			t.Fatalf("form %q of a known value survived in %q", form, out)

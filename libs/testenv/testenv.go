@@ -118,7 +118,7 @@ func StartKube() (*Kube, error) {
 	// so that every run is recorded and checked as on a cluster.
 	policies := filepath.Join(root, "hack", "local", "admission-policies.yaml")
 	if _, stderr, err := k.RunKubectl(context.Background(), "apply", "--server-side", "-f", policies); err != nil {
-		return nil, fmt.Errorf("apply %s: %v: %s", policies, err, stderr)
+		return nil, fmt.Errorf("apply %s: %w: %s", policies, err, stderr)
 	}
 	// The recording policy (a MutatingAdmissionPolicy) applies its change with the kind's OpenAPI
 	// schema, which the API server publishes for a new CRD a few seconds after it is established;

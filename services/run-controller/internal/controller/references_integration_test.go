@@ -119,7 +119,7 @@ func TestJobsUseOnlyWhatTheRecordOrTheAgentAllows(t *testing.T) {
 			if err := admin.Post().Namespace(n).Resource("agentruns").Body(unrecorded).Do(ctx).Error(); err != nil {
 				return err
 			}
-			if by := getRun(t, n, "unrecorded").Annotations[agentsv1alpha1.AnnotationCreatedBy]; by != "" {
+			if by := getRun(t, n, "unrecorded").Annotations[agentsv1alpha1.AnnotationCreatedBy]; by != "" { //nolint:contextcheck // getRun makes its own context, as at every other call
 				return fmt.Errorf("still recorded (by %s)", by)
 			}
 			return nil

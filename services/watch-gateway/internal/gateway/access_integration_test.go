@@ -312,43 +312,45 @@ func TestEachCallerHoldsAtMostItsShareOfWatches(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	remoteURL := "http://" + ln.Addr().String() + StreamPath
 
-	open := func(url, token string) (*http.Response, string) {
+	// open starts a watch and returns its status code, the refusal's body, and how to close an
+	// admitted stream (after its first line has arrived).
+	open := func(url, token string) (int, string, func()) {
 		t.Helper()
 		resp := get(t, url, token)
 		if resp.StatusCode != http.StatusOK {
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return resp, string(body)
+			_ = resp.Body.Close()
+			return resp.StatusCode, string(body), func() {}
 		}
-		t.Cleanup(func() { resp.Body.Close() })
-		// Admitted: the stream's first line has arrived.
+		closeIt := func() { _ = resp.Body.Close() }
+		t.Cleanup(closeIt)
 		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 			t.Fatalf("reading an admitted stream: %v", err)
 		}
-		return resp, ""
+		return resp.StatusCode, "", closeIt
 	}
 
-	a1, _ := open(st.url, alice)
-	a2, _ := open(st.url, alice)
-	if a1.StatusCode != http.StatusOK || a2.StatusCode != http.StatusOK {
-		t.Fatalf("alice's first two watches: %d %d", a1.StatusCode, a2.StatusCode)
+	c1, _, closeFirst := open(st.url, alice)
+	c2, _, _ := open(st.url, alice)
+	if c1 != http.StatusOK || c2 != http.StatusOK {
+		t.Fatalf("alice's first two watches: %d %d", c1, c2)
 	}
-	if resp, body := open(st.url, alice); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "JANGAR_WATCH_MAX_STREAMS_PER_USER") {
-		t.Fatalf("alice's third watch: %d %q, want 429 naming the per-user bound", resp.StatusCode, body)
+	if code, body, _ := open(st.url, alice); code != http.StatusTooManyRequests || !strings.Contains(body, "JANGAR_WATCH_MAX_STREAMS_PER_USER") {
+		t.Fatalf("alice's third watch: %d %q, want 429 naming the per-user bound", code, body)
 	}
-	if resp, body := open(st.url, bob); resp.StatusCode != http.StatusOK {
-		t.Fatalf("bob while alice is at her bound: %d %q", resp.StatusCode, body)
+	if code, body, _ := open(st.url, bob); code != http.StatusOK {
+		t.Fatalf("bob while alice is at her bound: %d %q", code, body)
 	}
 	// alice closes one; its slot comes back (the gateway notices at its next write, a heartbeat).
-	a1.Body.Close()
+	closeFirst()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, body := open(st.url, alice)
-		if resp.StatusCode == http.StatusOK {
+		code, body, _ := open(st.url, alice)
+		if code == http.StatusOK {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("alice after closing a watch: still %d %q", resp.StatusCode, body)
+			t.Fatalf("alice after closing a watch: still %d %q", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -360,16 +362,16 @@ func TestEachCallerHoldsAtMostItsShareOfWatches(t *testing.T) {
 	dave := serviceAccountToken(t, kc, "cap-dave")
 	grantStatus(t, kc, "cap-dave")
 	for i, tok := range []string{bob, carol, carol} {
-		if resp, body := open(remoteURL, tok); resp.StatusCode != http.StatusOK {
-			t.Fatalf("watch %d from %s: %d %q", i+1, ip, resp.StatusCode, body)
+		if code, body, _ := open(remoteURL, tok); code != http.StatusOK {
+			t.Fatalf("watch %d from %s: %d %q", i+1, ip, code, body)
 		}
 	}
-	if resp, body := open(remoteURL, dave); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "from "+ip) {
-		t.Fatalf("a fourth watch from %s: %d %q, want 429 naming the address", ip, resp.StatusCode, body)
+	if code, body, _ := open(remoteURL, dave); code != http.StatusTooManyRequests || !strings.Contains(body, "from "+ip) {
+		t.Fatalf("a fourth watch from %s: %d %q, want 429 naming the address", ip, code, body)
 	}
 	// dave from loopback (not counted per address) still gets in.
-	if resp, body := open(st.url, dave); resp.StatusCode != http.StatusOK {
-		t.Fatalf("dave from loopback: %d %q", resp.StatusCode, body)
+	if code, body, _ := open(st.url, dave); code != http.StatusOK {
+		t.Fatalf("dave from loopback: %d %q", code, body)
 	}
 }
 

@@ -159,7 +159,7 @@ func TestASessionIsBoundedByItsTokenItsKeyAndItsGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(11 * time.Second)
-	if _, err := fk.Decode(v); err != ErrInvalid || len(reloads) != 2 || reloads[1] != nil {
+	if _, err := fk.Decode(v); !errors.Is(err, ErrInvalid) || len(reloads) != 2 || reloads[1] != nil {
 		t.Fatalf("after the key's rotation the old session: %v (reloads %v), want it refused", err, reloads)
 	}
 }
