@@ -49,6 +49,7 @@ func TestClusterInstall(t *testing.T) {
 		version = c.chartVersion(t)
 		c.checkRelease(t, "agentplane", version, true)
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
+		t.Run("the threat model's admission refusals", c.checkThreats)
 		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
 		t.Run("helm test", func(t *testing.T) { c.helmTest(t, "agentplane") })
 		t.Run("every command the NOTES print works", func(t *testing.T) {
@@ -298,6 +299,53 @@ func (c *kcluster) checkAuthDecisions(t *testing.T) {
 		if allowed == 0 {
 			t.Errorf("%s allowed no authenticated call: the controllers did not reach it", svc)
 		}
+	}
+}
+
+// checkThreats makes, as kubectl users on this cluster, the attacks of docs/security.md's threat
+// model that the API server refuses with the policies the release installed: a user who may only
+// create AgentRuns names a Secret they may not read (the confused deputy), and a user who may
+// patch runs swaps a run's Secrets after creation. Both are refused with a message naming what is
+// wrong, and nothing is created or changed.
+func (c *kcluster) checkThreats(t *testing.T) {
+	must := func(args ...string) {
+		t.Helper()
+		if out, err := c.kubectl(args...); err != nil {
+			t.Fatalf("kubectl %v: %v %s", args, err, out)
+		}
+	}
+	must("create", "secret", "generic", "threat-root", "--from-literal=token=not-for-mallory")
+	must("create", "role", "threat-runs-only", "--verb=create,get,list,watch", "--resource=agentruns.agents.proompteng.ai")
+	must("create", "rolebinding", "threat-mallory", "--role=threat-runs-only", "--user=mallory")
+	t.Cleanup(func() {
+		_, _ = c.kubectl("delete", "secret/threat-root", "role/threat-runs-only", "rolebinding/threat-mallory", "--ignore-not-found")
+		_, _ = c.kubectl("delete", "agentrun", "threat-deputy", "--ignore-not-found", "--wait=false")
+	})
+	if out, err := c.kubectl("auth", "can-i", "get", "secret/threat-root", "--as", "mallory"); err == nil || strings.TrimSpace(out) != "no" {
+		t.Fatalf("mallory may read the Secret (%q): the attack would prove nothing", out)
+	}
+	deputy := `apiVersion: agents.proompteng.ai/v1alpha1
+kind: AgentRun
+metadata: {name: threat-deputy}
+spec:
+  agentRef: {name: codex}
+  runtime: {type: job}
+  secrets: [threat-root]
+`
+	out, err := c.kubectlIn(deputy, "create", "--as", "mallory", "-f", "-")
+	if err == nil || !strings.Contains(out, "threat-root") || !strings.Contains(out, "mallory") {
+		t.Errorf("mallory's run naming a Secret she may not read: %v %s, want a refusal naming the Secret and the user", err, out)
+	}
+	if out, err := c.kubectl("get", "agentrun", "threat-deputy", "-o", "name"); err == nil {
+		t.Errorf("the refused run exists anyway: %s", out)
+	}
+	// A run that exists (the examples'): its Secrets cannot be swapped, even by an admin.
+	out, err = c.kubectl("patch", "agentrun", "hello", "--type=merge", "-p", `{"spec":{"secrets":["threat-root"]}}`)
+	if err == nil || !strings.Contains(out, "cannot change once the run is created") {
+		t.Errorf("patching a run's spec.secrets: %v %s, want the CRD's refusal", err, out)
+	}
+	if out, err := c.kubectl("get", "agentrun", "hello", "-o", "jsonpath={.spec.secrets}"); err != nil || strings.Contains(out, "threat-root") {
+		t.Errorf("hello's spec.secrets after the refused patch: %v %q", err, out)
 	}
 }
 

@@ -66,7 +66,7 @@ func (s *Server) boundHealthWatches(srv any, ss grpc.ServerStream, info *grpc.St
 	}
 	addr := ""
 	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
-		addr = countedHost(p.Addr.String())
+		addr = CountedIP(p.Addr.String())
 	}
 	release, err := s.healthWatches.take(addr)
 	if err != nil {
@@ -76,9 +76,10 @@ func (s *Server) boundHealthWatches(srv any, ss grpc.ServerStream, info *grpc.St
 	return h(srv, ss)
 }
 
-// countedHost is the IP a remote address is counted under, "" for loopback and what is not an
-// IP address.
-func countedHost(remote string) string {
+// CountedIP is the IP a remote address (host:port or host) is counted under by a per-address
+// bound: "" for loopback (port-forwards, sidecars and local proxies all arrive from it) and for
+// what is not an IP address.
+func CountedIP(remote string) string {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		host = remote

@@ -2,8 +2,9 @@ package gateway
 
 import (
 	"fmt"
-	"net"
 	"sync"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
 )
 
 // streamLimits bounds the open watches: all of them (maxActive), those of one user, and those
@@ -34,7 +35,7 @@ func (e *limitError) Error() string { return e.msg }
 // take admits one watch for user (empty when streams are not authenticated) from remoteAddr
 // (host:port or host), or says which bound it would pass; release gives the slot back, once.
 func (l *streamLimits) take(user, remoteAddr string) (release func(), err *limitError) {
-	addr := clientHost(remoteAddr)
+	addr := grpcx.CountedIP(remoteAddr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -79,18 +80,4 @@ func decrement(m map[string]int, k string) {
 		return
 	}
 	m[k]--
-}
-
-// clientHost is the address a watch is counted under: its IP, or "" for loopback and what does
-// not parse (a Unix socket, a test's pipe).
-func clientHost(remoteAddr string) string {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || ip.IsLoopback() {
-		return ""
-	}
-	return ip.String()
 }
