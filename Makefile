@@ -222,7 +222,7 @@ envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code, the charts' shared templates (charts/_shared), their README values tables, the one-release chart's schema (charts/agentplane) and the admission policies make up and the tests apply (hack/local/admission-policies.yaml).
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code, the charts' shared templates (charts/_shared), their README values tables, the one-release chart's schema (charts/agentplane), the admission policies make up and the tests apply (hack/local/admission-policies.yaml) and docs/overview.svg (Graphviz).
 	cd libs && $(CONTROLLER_GEN) object paths=./api/...
 	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
 	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
@@ -233,11 +233,13 @@ generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM
 	   echo "# default values: the admission policies make up and the integration tests apply. Do not edit."; \
 	   $(HELM) template agentplane-crds charts/agentplane-crds --kube-version $(KUBE_VERSION) --show-only templates/admission.yaml; \
 	 } >hack/local/admission-policies.yaml
+	@command -v dot >/dev/null || { echo "make generate renders docs/overview.dot with Graphviz: hack/deps.sh test installs it (Debian: apt-get install graphviz)" >&2; exit 1; }
+	dot -Tsvg docs/overview.dot -o docs/overview.svg
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when `make generate` changes the tree (CI runs this).
-	@if [ -n "$$(git status --porcelain -- libs proto charts hack/local)" ]; then \
-		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- libs proto charts hack/local; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- libs proto charts hack/local docs/overview.svg)" ]; then \
+		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- libs proto charts hack/local docs/overview.svg; exit 1; fi
 
 .PHONY: build
 build: ## Build every service binary and agentctl into bin/ (one go build over the workspace).

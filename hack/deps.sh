@@ -5,7 +5,8 @@
 #   cluster  make cluster-up: up's, and the node's: the CNI plugins (containernetworking-plugins),
 #            iptables (kube-proxy), ipset and conntrack, util-linux's nsenter, iproute2
 #   test     make test: cluster's, and gcc (the race detector needs cgo), jq (the README reads
-#            Jaeger's API with it), and chromium (the web console's browser test)
+#            Jaeger's API with it), chromium (the web console's browser test) and graphviz
+#            (make generate renders docs/overview.svg; CI checks it is current)
 # containerd and runc come with the Docker engine the tests already need.
 set -euo pipefail
 purpose=${1:-test}
@@ -37,6 +38,7 @@ case $purpose in
     want gcc gcc libc6-dev
     want jq jq
     want chromium chromium fonts-dejavu-core
+    want dot graphviz
     ;;
   cluster) ;;
   *) echo "usage: hack/deps.sh up|cluster|test" >&2; exit 2 ;;
