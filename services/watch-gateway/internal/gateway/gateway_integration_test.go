@@ -233,7 +233,11 @@ func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	events := subscribe(t, ctx, st.url, "")
 	s := state{}
-	last := waitFor(t, events, s, "database healthy", func(s state) bool { return s["database"] == health.Healthy })
+	// Settled first: Redis, the CRDs and the runtimes as they will stay (under load the CRD and
+	// discovery results can land after Redis's, and would be missed deltas of their own).
+	last := waitFor(t, events, s, "database and crds healthy, runtime:workflow known", func(s state) bool {
+		return s["database"] == health.Healthy && s["crds"] == health.Healthy && s["runtime:workflow"] == health.Unknown
+	})
 	cancel() // disconnect
 
 	// Two changes happen while the client is away.
