@@ -283,7 +283,10 @@ func TestHelmTestPodProbesTheService(t *testing.T) {
 }
 
 // TestChartsRequireCELTransitionRules: every chart declares the Kubernetes it needs (the CRDs'
-// status rules use oldSelf, GA in 1.29), so helm refuses an older cluster by name.
+// status rules use oldSelf, GA in 1.29), so helm refuses an older cluster by name. The CRDs
+// chart's admission policies (on by default, #31) need 1.36 (MutatingAdmissionPolicy v1): on an
+// older cluster it refuses with a message naming admission.enabled=false and what that gives up,
+// and installs the CRDs alone when told so.
 func TestChartsRequireCELTransitionRules(t *testing.T) {
 	h := newHelmEnv(t)
 	for _, chart := range append([]string{"agentplane-crds"}, services...) {
@@ -291,8 +294,16 @@ func TestChartsRequireCELTransitionRules(t *testing.T) {
 		if err == nil || !strings.Contains(stderr, "requires kubeVersion: >=1.29.0-0") {
 			t.Errorf("%s renders for Kubernetes 1.28 (%v): %s", chart, err, stderr)
 		}
-		if _, stderr, err := h.templateErr(chart, "--kube-version", "1.29.0"); err != nil {
-			t.Errorf("%s refuses Kubernetes 1.29: %s", chart, stderr)
+		old := []string{"--kube-version", "1.29.0"}
+		if chart == "agentplane-crds" {
+			_, stderr, err := h.templateErr(chart, old...)
+			if err == nil || !strings.Contains(stderr, "Kubernetes 1.36 or newer") || !strings.Contains(stderr, "admission.enabled=false") {
+				t.Errorf("agentplane-crds with its admission policies renders for Kubernetes 1.29 (%v): %s", err, stderr)
+			}
+			old = append(old, "--set", "admission.enabled=false")
+		}
+		if _, stderr, err := h.templateErr(chart, old...); err != nil {
+			t.Errorf("%s refuses Kubernetes 1.29 (%v): %s", chart, old, stderr)
 		}
 	}
 }
