@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,7 +111,16 @@ const defaultGatewayService = "watch-gateway"
 func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace, name string) (string, func(), error) {
 	svc, err := kc.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", nil, withCode(ExitRejected, fmt.Errorf("no Service %s in namespace %s: install the watch-gateway chart, pass -n, --gateway-service NAME (the release's Service) or --gateway host:port", name, namespace))
+		hint := ""
+		// Named as a suggestion only: a label is no proof (anyone who may create Services can set it).
+		if l, lerr := kc.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=watch-gateway"}); lerr == nil && len(l.Items) > 0 {
+			var names []string
+			for _, s := range l.Items {
+				names = append(names, s.Name)
+			}
+			hint = fmt.Sprintf(" (Services labelled as watch-gateway's here: %s)", strings.Join(names, ", "))
+		}
+		return "", nil, withCode(ExitRejected, fmt.Errorf("no Service %s in namespace %s%s: install the watch-gateway chart, pass -n, --gateway-service NAME (the release's Service; a one-release install names it <release>-watch-gateway) or --gateway host:port", name, namespace, hint))
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("get watch-gateway's Service %s/%s: %w", namespace, name, err)
