@@ -173,6 +173,16 @@ func (s state) apply(r received) {
 	}
 }
 
+// waitSettled reads until Redis, the CRDs and the runtimes show as they will stay, and returns
+// the event that settled them. Under load the CRD and discovery results can land after Redis's;
+// a cursor taken before them would count them as missed deltas of their own.
+func waitSettled(t *testing.T, ch <-chan received, s state) received {
+	t.Helper()
+	return waitFor(t, ch, s, "database and crds healthy, runtime:workflow known", func(s state) bool {
+		return s["database"] == health.Healthy && s["crds"] == health.Healthy && s["runtime:workflow"] == health.Unknown
+	})
+}
+
 func waitFor(t *testing.T, ch <-chan received, s state, what string, cond func(state) bool) received {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
@@ -233,11 +243,7 @@ func TestResumeGetsExactlyTheMissedDeltas(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	events := subscribe(t, ctx, st.url, "")
 	s := state{}
-	// Settled first: Redis, the CRDs and the runtimes as they will stay (under load the CRD and
-	// discovery results can land after Redis's, and would be missed deltas of their own).
-	last := waitFor(t, events, s, "database and crds healthy, runtime:workflow known", func(s state) bool {
-		return s["database"] == health.Healthy && s["crds"] == health.Healthy && s["runtime:workflow"] == health.Unknown
-	})
+	last := waitSettled(t, events, s)
 	cancel() // disconnect
 
 	// Two changes happen while the client is away.
@@ -276,7 +282,7 @@ func TestReconnectingToAnotherReplicaGetsASnapshot(t *testing.T) {
 	a := startGateway(t, nil, 30*time.Second, 100)
 	b := startGateway(t, nil, 30*time.Second, 100)
 	ctx, cancel := context.WithCancel(context.Background())
-	last := waitFor(t, subscribe(t, ctx, a.url, ""), state{}, "database healthy on A", func(s state) bool { return s["database"] == health.Healthy })
+	last := waitSettled(t, subscribe(t, ctx, a.url, ""), state{})
 	cancel()
 
 	if err := rds.Stop(); err != nil {
