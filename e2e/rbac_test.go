@@ -110,10 +110,23 @@ func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 // TestWatchGatewayChartRBACServesTokenAccess installs the watch-gateway chart (auth.mode=token,
 // its default) on a real API server and runs the binary as the chart's ServiceAccount: with only
 // the chart's RBAC it reads what it reports on, reviews callers' tokens, refuses a token whose
-// user is not bound to the chart's status-viewer Role and streams to one that is.
+// user is not bound to the chart's status-viewer Role and streams to one that is, and serves the
+// console (sign-in, the runs stream, a run's page, Cancel) to a user bound to console-operator;
+// with the control plane and the runs in one namespace, and with the runs apart
+// (controller.namespaces naming another), where the status is the control plane's and the runs
+// the other namespace's. The gateway logs no refusal of its own requests.
 func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
-	kube, kubectl := chartOnAPIServer(t, "watch-gateway", "granted", []string{"granted"})
-	asSA := impersonating(t, kube.Kubeconfig, "system:serviceaccount:granted:watch-gateway")
+	t.Run("one namespace", func(t *testing.T) { gatewayServesTokenAccess(t, "granted", "granted") })
+	t.Run("runs apart", func(t *testing.T) { gatewayServesTokenAccess(t, "granted", "granted-runs") })
+}
+
+func gatewayServesTokenAccess(t *testing.T, cp, runsNS string) {
+	namespaces, flags := []string{cp}, []string(nil)
+	if runsNS != cp {
+		namespaces, flags = append(namespaces, runsNS), []string{"--set", "controller.namespaces={" + runsNS + "}"}
+	}
+	kube, kubectl := chartOnAPIServer(t, "watch-gateway", cp, namespaces, flags...)
+	asSA := impersonating(t, kube.Kubeconfig, "system:serviceaccount:"+cp+":watch-gateway")
 
 	grpcPort, err := testenv.FreePort()
 	if err != nil {
@@ -124,7 +137,7 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binPath(t, "watch-gateway"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+asSA, "POD_NAMESPACE=granted", "JANGAR_WATCH_AUTH_MODE=token",
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+asSA, "POD_NAMESPACE="+cp, "JANGAR_AGENTS_CONTROLLER_NAMESPACES="+runsNS, "JANGAR_WATCH_AUTH_MODE=token",
 		"JANGAR_GRPC_PORT="+strconv.Itoa(grpcPort), "JANGAR_METRICS_ADDR=127.0.0.1:0",
 		fmt.Sprintf("JANGAR_HTTP_ADDR=127.0.0.1:%d", httpPort))
 	var stderr strings.Builder
@@ -135,10 +148,10 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	url := fmt.Sprintf("http://127.0.0.1:%d/api/agents/control-plane/status/stream", httpPort)
 
-	if out, err := kubectl("-n", "granted", "create", "serviceaccount", "operator"); err != nil {
+	if out, err := kubectl("-n", cp, "create", "serviceaccount", "operator"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	token, err := kubectl("-n", "granted", "create", "token", "operator", "--audience", "agentplane-gateway")
+	token, err := kubectl("-n", cp, "create", "token", "operator", "--audience", "agentplane-gateway")
 	if err != nil {
 		t.Fatalf("%v %s", err, token)
 	}
@@ -175,16 +188,16 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	if code, body := stream(); code != http.StatusForbidden || !strings.Contains(body, "watch-gateway-status-viewer") && !strings.Contains(body, "controlplane/status") {
 		t.Fatalf("unbound token: %d %q, want 403 naming the grant", code, body)
 	}
-	if out, err := kubectl("-n", "granted", "create", "rolebinding", "operator-status", "--role", "watch-gateway-status-viewer",
-		"--serviceaccount", "granted:operator"); err != nil {
+	if out, err := kubectl("-n", cp, "create", "rolebinding", "operator-status", "--role", "watch-gateway-status-viewer",
+		"--serviceaccount", cp+":operator"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second) // the gateway caches a refusal for a few seconds
 	for {
 		code, body := stream()
 		if code == http.StatusOK {
-			for _, want := range []string{`"component":"namespace","namespace":"granted","status":"healthy"`, `"component":"crds","namespace":"granted","status":"healthy"`,
-				`"component":"kube-apiserver","namespace":"granted","status":"healthy"`} {
+			for _, want := range []string{`"component":"namespace","namespace":"` + cp + `","status":"healthy"`, `"component":"crds","namespace":"` + cp + `","status":"healthy"`,
+				`"component":"kube-apiserver","namespace":"` + cp + `","status":"healthy"`} {
 				if !strings.Contains(body, want) {
 					t.Fatalf("snapshot lacks %s (the chart's RBAC is not enough to read it):\n%s", want, body)
 				}
@@ -225,15 +238,15 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	// The console, with only the chart's RBAC for the gateway: a user bound to the chart's
 	// console-operator Role signs in, follows the runs stream, reads a run's page (its Jobs and
 	// Events) and cancels it.
-	if out, err := kubectl("-n", "granted", "create", "rolebinding", "operator-console", "--role", "watch-gateway-console-operator",
-		"--serviceaccount", "granted:operator"); err != nil {
+	if out, err := kubectl("-n", runsNS, "create", "rolebinding", "operator-console", "--role", "watch-gateway-console-operator",
+		"--serviceaccount", cp+":operator"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	run := filepath.Join(t.TempDir(), "run.yaml")
 	if err := os.WriteFile(run, []byte(agentRunYAML("console-rbac", "")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := kubectl("-n", "granted", "apply", "-f", run); err != nil {
+	if out, err := kubectl("-n", runsNS, "apply", "-f", run); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
@@ -280,8 +293,11 @@ func TestWatchGatewayChartRBACServesTokenAccess(t *testing.T) {
 	if code, body := call(http.MethodPost, "/console/api/runs/AgentRun/console-rbac/cancel"); code != http.StatusAccepted {
 		t.Fatalf("cancel through the console with the chart's RBAC: %d %s", code, body)
 	}
-	if out, _ := kubectl("-n", "granted", "get", "agentrun", "console-rbac", "-o", "jsonpath={.spec.cancel}"); out != "true" {
+	if out, _ := kubectl("-n", runsNS, "get", "agentrun", "console-rbac", "-o", "jsonpath={.spec.cancel}"); out != "true" {
 		t.Fatalf("spec.cancel after the console's cancel: %q", out)
+	}
+	if strings.Contains(stderr.String(), "forbidden") {
+		t.Errorf("the gateway was refused a request of its own with the chart's RBAC:\n%s", stderr.String())
 	}
 }
 
@@ -315,7 +331,20 @@ func chartOnAPIServer(t *testing.T, chart, namespace string, namespaces []string
 	if err := os.WriteFile(file, manifest, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := kubectl("apply", "-n", namespace, "-f", file); err != nil {
+	// Objects the chart names no namespace for go in the release's; the others (a Role in a
+	// namespace of controller.namespaces) in theirs: a kubeconfig whose context says the release's.
+	cfg, err := clientcmd.LoadFromFile(kube.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Contexts {
+		c.Namespace = namespace
+	}
+	inRelease := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, inRelease); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(kube.Kubectl, "--kubeconfig", inRelease, "apply", "-f", file).CombinedOutput(); err != nil {
 		t.Fatalf("apply chart %s: %v %s", chart, err, out)
 	}
 	return kube, kubectl

@@ -155,7 +155,7 @@ start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
   --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
   --client-ca-file "$PKI_DIR/ca.crt" \
   --kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
-  --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+  --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,OwnerReferencesPermissionEnforcement \
   --enable-aggregator-routing=true \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \

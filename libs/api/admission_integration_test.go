@@ -17,9 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/kube"
 )
 
@@ -348,4 +350,84 @@ func eventuallyAdmitted(t *testing.T, create func() error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestOnlyUpdateMayChangeARunsMetadata (#31 item 2): a user who may patch runs (and delete them)
+// but not update them (the console-operator Role patches, for Cancel) may set spec.cancel and nothing the control plane
+// acts on: every change to an AgentRun's or OrchestrationRun's labels, annotations, finalizers or
+// ownerReferences is refused naming the field and the verb it needs; a user with update may make
+// them.
+func TestOnlyUpdateMayChangeARunsMetadata(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	// delete too, so that the API server's own OwnerReferencesPermissionEnforcement (on in
+	// libs/testenv, as on OpenShift) lets the owner change through and this policy is what decides.
+	grant(t, ns, "operator", rule("agents.proompteng.ai", "agentruns", nil, "get", "patch", "delete"),
+		rule("orchestration.proompteng.ai", "orchestrationruns", nil, "get", "patch", "delete"))
+	grant(t, ns, "editor", rule("agents.proompteng.ai", "agentruns", nil, "get", "patch", "update", "delete"),
+		rule("orchestration.proompteng.ai", "orchestrationruns", nil, "get", "patch", "update", "delete"))
+	operator, editor := impersonate(t, "operator"), impersonate(t, "editor")
+
+	owner := metav1.OwnerReference{APIVersion: "orchestration.proompteng.ai/v1alpha1", Kind: "OrchestrationRun", Name: "or",
+		UID: "11111111-1111-1111-1111-111111111111", Controller: ptr.To(true)}
+	ar := sampleRun(ns, "step")
+	ar.Labels = map[string]string{"orchestration.proompteng.ai/run": "or"}
+	ar.OwnerReferences = []metav1.OwnerReference{owner}
+	or := &orchestrationv1alpha1.OrchestrationRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "or"},
+		Spec: orchestrationv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchestrationv1alpha1.NameRef{Name: "pipeline"}}}
+	for _, o := range []client.Object{ar, or} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merge := func(who client.Client, o client.Object, patch string) error {
+		return who.Patch(ctx, o.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	// The policy is in place once a first change is refused (bindings reach the plugin in seconds).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := merge(operator, ar, `{"metadata":{"annotations":{"agentplane.dev/simulate-exit-code":"0"}}}`)
+		if err != nil && strings.Contains(err.Error(), "metadata.annotations") {
+			break
+		}
+		if err == nil {
+			_ = merge(c, ar, `{"metadata":{"annotations":{"agentplane.dev/simulate-exit-code":null}}}`)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a patch-only user's annotation change was never refused naming the field: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name   string
+		obj    client.Object
+		patch  string
+		fields string
+	}{
+		{"an AgentRun's annotation", ar, `{"metadata":{"annotations":{"agentplane.dev/simulate-exit-code":"0"}}}`, "metadata.annotations"},
+		{"an AgentRun's orchestration label", ar, `{"metadata":{"labels":{"orchestration.proompteng.ai/run":"other"}}}`, "metadata.labels"},
+		{"a finalizer that would block job-gc", ar, `{"metadata":{"finalizers":["example.com/stay"]}}`, "metadata.finalizers"},
+		{"a step's owner, which cancels it with its OrchestrationRun", ar, `{"metadata":{"ownerReferences":null}}`, "metadata.ownerReferences"},
+		{"two fields at once", ar, `{"metadata":{"labels":null,"finalizers":["example.com/other"]}}`, "metadata.labels, metadata.finalizers"},
+		{"an OrchestrationRun's label", or, `{"metadata":{"labels":{"team":"x"}}}`, "metadata.labels"},
+	} {
+		t.Run("patch alone may not change "+tc.name, func(t *testing.T) {
+			err := merge(operator, tc.obj, tc.patch)
+			if err == nil || !strings.Contains(err.Error(), "operator may not change the "+tc.fields) || !strings.Contains(err.Error(), "needs the verb update") {
+				t.Fatalf("got %v, want a refusal naming %s and the verb update", err, tc.fields)
+			}
+		})
+		t.Run("update may change "+tc.name, func(t *testing.T) {
+			if err := merge(editor, tc.obj, tc.patch); err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+		})
+	}
+	t.Run("patch alone may cancel", func(t *testing.T) {
+		for _, o := range []client.Object{ar, or} {
+			if err := merge(operator, o, `{"spec":{"cancel":true}}`); err != nil {
+				t.Errorf("%s: cancel refused: %v", o.GetName(), err)
+			}
+		}
+	})
 }

@@ -85,6 +85,9 @@ func StartKube() (*Kube, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "agentplane-crds", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
+	// As strict as the strictest clusters agentplane supports (OpenShift enables it): setting
+	// blockOwnerDeletion on an object needs the right to update its owner's finalizers.
+	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", bin, err)

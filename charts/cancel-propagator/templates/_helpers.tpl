@@ -82,15 +82,15 @@ with rbac.clusterScoped).
 # through event-emitter: no status or events rights here).
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrationruns"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 # Set spec.cancel on a cancelled OrchestrationRun's AgentRuns (a merge patch).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 # Suspend (patch) and delete a cancelled run's Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["list", "watch", "patch", "delete"]
 # Delete their pods with their grace period, and confirm none is left.
 - apiGroups: [""]
   resources: ["pods"]

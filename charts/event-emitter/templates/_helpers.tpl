@@ -75,13 +75,15 @@ What the service may do in each namespace it acts in (a Role per namespace, or o
 with rbac.clusterScoped).
 */}}
 {{- define "event-emitter.rules" -}}
-# Record Events (events.k8s.io/v1, and core/v1 for older recorders).
+# Record Events: create one, patch its series count when it repeats; never read them back.
+# events.k8s.io/v1, and core/v1 where JANGAR_CONTROLLER_EVENTS_API (env.vars) asks for it or the
+# API server serves no events.k8s.io/v1.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["create", "patch", "get", "list"]
+  verbs: ["create", "patch"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch", "get", "list"]
+  verbs: ["create", "patch"]
 # Read the Secrets an object references only to redact their values from Event messages;
 # Secret contents never leave the process. AgentRuns are watched (cut down to the Secrets they
 # name) to learn which Secrets a run names, and read directly when the cache misses.

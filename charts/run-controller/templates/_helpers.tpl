@@ -138,6 +138,15 @@ with rbac.clusterScoped).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
   verbs: ["get", "create", "delegate"]
+# The Jobs and step runs it makes name their owner with blockOwnerDeletion; where the
+# OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), that needs update on
+# the owner's finalizers subresource (nothing else: the runs themselves stay read-only here).
+- apiGroups: ["agents.proompteng.ai"]
+  resources: ["agentruns/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["orchestration.proompteng.ai"]
+  resources: ["orchestrationruns/finalizers"]
+  verbs: ["update"]
 # Run each AgentRun as Jobs (get: to confirm one that already exists is ours).
 - apiGroups: ["batch"]
   resources: ["jobs"]

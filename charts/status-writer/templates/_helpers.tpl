@@ -75,13 +75,14 @@ with rbac.clusterScoped).
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrations", "orchestrationruns"]
   verbs: ["get", "list", "watch"]
-# Write their status subresource only, never their spec.
+# Write their status subresource only, never their spec: an update of the object read above
+# (the write carries its resourceVersion, so a concurrent change is a conflict, never lost).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agents/status", "agentruns/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["update"]
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrations/status", "orchestrationruns/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["update"]
 {{- end }}
 
 {{/*

@@ -85,14 +85,16 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 What the service may do in each namespace it acts in (a Role per namespace, or one ClusterRole
 with rbac.clusterScoped).
 */}}
-{{- define "watch-gateway.rules" -}}
-# Read-only: report the health of the control plane's own workloads.
-- apiGroups: ["apps"]
-  resources: ["deployments"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["pods", "services"]
-  verbs: ["get", "list", "watch"]
+{{/*
+The namespace whose runs the console and the runs stream show: the first of controller.namespaces
+(else the release namespace). The control plane's own namespace, whose workloads the status
+stream reports on, is always the release namespace.
+*/}}
+{{- define "watch-gateway.runsNamespace" -}}
+{{- include "watch-gateway.namespaces" . | fromJsonArray | first }}
+{{- end }}
+
+{{- define "watch-gateway.lsarRule" -}}
 {{- if or (eq .Values.auth.mode "token") (and .Values.console.enabled .Values.console.cancel (eq .Values.auth.mode "mtls")) }}
 # auth.mode=token: ask whether a caller may read controlplane/status (and, for the console, the
 # runs) in this namespace; mtls with the console's Cancel: whether the certificate's user may patch.
@@ -100,15 +102,28 @@ with rbac.clusterScoped).
   resources: ["localsubjectaccessreviews"]
   verbs: ["create"]
 {{- end }}
+{{- end }}
+
+{{- define "watch-gateway.healthRules" -}}
+# Read-only: report the health of the control plane's own workloads (informers: list and watch).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{- define "watch-gateway.consoleRules" -}}
 {{- if .Values.console.enabled }}
 # The console: the runs stream's informers and a run's page (its Orchestration, Jobs and Events);
 # with console.cancel, setting spec.cancel for a user the API server allows to patch the run.
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch"{{ if .Values.console.cancel }}, "patch"{{ end }}]
+  verbs: ["list", "watch"{{ if .Values.console.cancel }}, "patch"{{ end }}]
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrationruns"]
-  verbs: ["get", "list", "watch"{{ if .Values.console.cancel }}, "patch"{{ end }}]
+  verbs: ["list", "watch"{{ if .Values.console.cancel }}, "patch"{{ end }}]
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrations"]
   verbs: ["get"]
@@ -119,6 +134,27 @@ with rbac.clusterScoped).
   resources: ["events"]
   verbs: ["list"]
 {{- end }}
+{{- end }}
+
+{{/*
+The rules of the gateway's Role where the control plane and the runs share a namespace (and of its
+ClusterRole with rbac.clusterScoped); apart, the Role in the release namespace has
+watch-gateway.controlPlaneRules and the one in the runs namespace watch-gateway.runsRules.
+*/}}
+{{- define "watch-gateway.rules" -}}
+{{ include "watch-gateway.healthRules" . }}
+{{- include "watch-gateway.lsarRule" . }}
+{{- include "watch-gateway.consoleRules" . }}
+{{- end }}
+
+{{- define "watch-gateway.controlPlaneRules" -}}
+{{ include "watch-gateway.healthRules" . }}
+{{- include "watch-gateway.lsarRule" . }}
+{{- end }}
+
+{{- define "watch-gateway.runsRules" -}}
+{{- include "watch-gateway.lsarRule" . }}
+{{- include "watch-gateway.consoleRules" . }}
 {{- end }}
 
 {{/*

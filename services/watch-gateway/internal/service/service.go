@@ -38,11 +38,16 @@ type Config struct {
 	// AllowedHosts are the host names HTTP requests may name (JANGAR_HTTP_ALLOWED_HOSTS; IP
 	// addresses always may): localhost, and in a cluster the Service's names.
 	AllowedHosts []string
-	Namespace    string
-	Heartbeat    time.Duration
-	Debounce     time.Duration
-	Window       int
-	MaxStreams   int
+	// Namespace is the control plane's own (the pod's): its Deployments and Pods are reported on,
+	// and the status-viewer check, the history and the session cookie belong to it.
+	Namespace string
+	// RunsNamespace is where the runs the console and the runs stream show live: the first of
+	// JANGAR_AGENTS_CONTROLLER_NAMESPACES, else the control plane's own.
+	RunsNamespace string
+	Heartbeat     time.Duration
+	Debounce      time.Duration
+	Window        int
+	MaxStreams    int
 	// Bounds per user and per client address (loopback not counted); 0 turns one off.
 	MaxStreamsUser  int
 	MaxStreamsAddr  int
@@ -103,9 +108,9 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		return c, fmt.Errorf("JANGAR_WATCH_AUTH_AUDIENCES is empty: token mode needs an audience of its own (default %s), "+
 			"or tokens made for the API server (which every kubeconfig carries) would be accepted here", access.GatewayAudience)
 	}
-	c.Namespace = svc.PodNamespace
+	c.Namespace, c.RunsNamespace = svc.PodNamespace, svc.PodNamespace
 	if len(svc.Namespaces) > 0 {
-		c.Namespace = svc.Namespaces[0]
+		c.RunsNamespace = svc.Namespaces[0]
 	}
 	for _, t := range env.List("JANGAR_WATCH_TARGETS", nil) {
 		name, addr, ok := strings.Cut(t, "=")
@@ -251,7 +256,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	if rdb != nil {
 		rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
 	}
-	rt.Logger.Info("status stream", "sse", scheme+"://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace, "auth", string(c.AuthMode))
+	rt.Logger.Info("status stream", "sse", scheme+"://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace, "runsNamespace", c.RunsNamespace, "auth", string(c.AuthMode))
 	return nil
 }
 
@@ -283,14 +288,14 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 		return err
 	}
 	runsHub := health.NewHub(c.Window, 256)
-	src, err := runs.New(agents, orch, c.Namespace, runsHub, c.RunsBatch)
+	src, err := runs.New(agents, orch, c.RunsNamespace, runsHub, c.RunsBatch)
 	if err != nil {
 		return err
 	}
 	rt.Go("runs stream", src.Run)
 	kinds := map[string]gateway.Authorizer{
-		runs.KindAgentRun:         access.NewResourceReviewer(clients.Kube, c.Namespace, agentsv1alpha1.GroupVersion.Group, "agentruns", reviewOpts),
-		runs.KindOrchestrationRun: access.NewResourceReviewer(clients.Kube, c.Namespace, orchv1alpha1.GroupVersion.Group, "orchestrationruns", reviewOpts),
+		runs.KindAgentRun:         access.NewResourceReviewer(clients.Kube, c.RunsNamespace, agentsv1alpha1.GroupVersion.Group, "agentruns", reviewOpts),
+		runs.KindOrchestrationRun: access.NewResourceReviewer(clients.Kube, c.RunsNamespace, orchv1alpha1.GroupVersion.Group, "orchestrationruns", reviewOpts),
 	}
 	var runsAuth gateway.Authorizer
 	if c.AuthMode == access.Token {
@@ -305,11 +310,11 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 		Help: "Cancels asked through the web console, by run kind and outcome (cancelled, refused, not_found, error)."}, []string{"kind", "outcome"})
 	rt.Registry.MustRegister(cancels)
 	reads := map[string]gateway.Authorizer{
-		console.ReadEvents:         access.NewResourceReviewer(clients.Kube, c.Namespace, "", "events", reviewOpts),
-		console.ReadJobs:           access.NewResourceReviewer(clients.Kube, c.Namespace, "batch", "jobs", reviewOpts),
-		console.ReadOrchestrations: access.NewResourceReviewer(clients.Kube, c.Namespace, orchv1alpha1.GroupVersion.Group, "orchestrations", reviewOpts),
+		console.ReadEvents:         access.NewResourceReviewer(clients.Kube, c.RunsNamespace, "", "events", reviewOpts),
+		console.ReadJobs:           access.NewResourceReviewer(clients.Kube, c.RunsNamespace, "batch", "jobs", reviewOpts),
+		console.ReadOrchestrations: access.NewResourceReviewer(clients.Kube, c.RunsNamespace, orchv1alpha1.GroupVersion.Group, "orchestrations", reviewOpts),
 	}
-	con := &console.Console{Mode: c.AuthMode, Namespace: c.Namespace, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src,
+	con := &console.Console{Mode: c.AuthMode, Namespace: c.RunsNamespace, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src,
 		Kube: clients.Kube, Agents: agents, Orch: orch, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention,
 		CancelDisabled: !c.ConsoleCancel, OnCancel: func(kind, outcome string) { cancels.WithLabelValues(kind, outcome).Inc() }}
 	if statusReviewer != nil {
