@@ -5,7 +5,7 @@
 # (integration.txt, e2e.txt), which `make bench-report`
 # turns into docs/benchmarks.md's generated section and benchstat reads. The integration
 # benchmarks run one package at a time (-p 1), so no two measure at once. PKGS names the
-# integration packages; BENCH_E2E=0 leaves out the three e2e benchmarks (a partial run, which
+# integration packages; BENCH_E2E=0 leaves out the four e2e benchmarks (a partial run, which
 # meta.txt says).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ results() { grep -E '^(goos|goarch|pkg|cpu): |^Benchmark|^--- (BENCH|FAIL)|^ +[^
 go test -p 1 -count="$count" -run '^$' -bench . -benchmem -tags integration $pkgs 2>&1 | tee "$dir/integration.log"
 results "$dir/integration"
 if [ "${BENCH_E2E:-1}" != 0 ]; then
-  (cd e2e && go test -count="$count" -run '^$' -bench 'RunControllerThousandRuns|CancelHundredRunningJobs|ConsoleRuns' -benchtime 1x \
+  (cd e2e && go test -count="$count" -run '^$' -bench 'RunControllerThousandRuns|CancelHundredRunningJobs|ConsoleRuns|StatusWritesUnderAttack' -benchtime 1x \
     -timeout 45m -tags e2e .) 2>&1 | tee "$dir/e2e.log"
   results "$dir/e2e"
 fi

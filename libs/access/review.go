@@ -201,8 +201,8 @@ func (r *Reviewer) Check(ctx context.Context, token, verb string) (string, error
 		r.reviews("refused-locally")
 		return "", err
 	}
-	u, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}, func() (authnv1.UserInfo, error) {
-		return r.review(ctx, token, verb)
+	u, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: verb}, func(renewal bool) (authnv1.UserInfo, error) {
+		return r.review(ctx, token, verb, renewal)
 	})
 	return u.Username, err
 }
@@ -221,8 +221,8 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string) (authnv1.User
 		r.reviews("refused-locally")
 		return authnv1.UserInfo{}, err
 	}
-	return r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: authnVerb}, func() (authnv1.UserInfo, error) {
-		return r.authenticate(ctx, token)
+	return r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(token)), verb: authnVerb}, func(renewal bool) (authnv1.UserInfo, error) {
+		return r.authenticate(ctx, token, renewal)
 	})
 }
 
@@ -234,18 +234,20 @@ func (r *Reviewer) CheckUser(ctx context.Context, u authnv1.UserInfo, verb strin
 		return &Error{Kind: Unauthenticated, Msg: r.missing}
 	}
 	id := "user\x00" + u.Username + "\x00" + u.UID + "\x00" + strings.Join(u.Groups, "\x00")
-	_, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(id)), verb: verb}, func() (authnv1.UserInfo, error) {
+	_, err := r.decide(ctx, cacheKey{token: sha256.Sum256([]byte(id)), verb: verb}, func(bool) (authnv1.UserInfo, error) {
 		return u, r.authorizeUser(ctx, u, verb)
 	})
 	return err
 }
 
 // decide returns the cached decision for key, or makes it with fn: one fn per key at a time,
-// the other callers wait for its answer. Failed reviews (Unavailable) are not cached.
-func (r *Reviewer) decide(ctx context.Context, key cacheKey, fn func() (authnv1.UserInfo, error)) (authnv1.UserInfo, error) {
+// the other callers wait for its answer. Failed reviews (Unavailable) are not cached. fn is told
+// whether the decision renews a grant that has expired (a caller already known to be good).
+func (r *Reviewer) decide(ctx context.Context, key cacheKey, fn func(renewal bool) (authnv1.UserInfo, error)) (authnv1.UserInfo, error) {
 	now := r.clock.Now()
 	r.mu.Lock()
-	if c, ok := r.allowed[key]; ok && now.Before(c.expires) {
+	c, renewal := r.allowed[key]
+	if renewal && now.Before(c.expires) {
 		r.mu.Unlock()
 		return c.user, c.err
 	}
@@ -266,7 +268,7 @@ func (r *Reviewer) decide(ctx context.Context, key cacheKey, fn func() (authnv1.
 	r.inflight[key] = rv
 	r.mu.Unlock()
 
-	rv.user, rv.err = fn()
+	rv.user, rv.err = fn(renewal)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.inflight, key)
@@ -277,6 +279,7 @@ func (r *Reviewer) decide(ctx context.Context, key cacheKey, fn func() (authnv1.
 	cache, bound, ttl := r.allowed, maxAllowed, r.allowTTL
 	if rv.err != nil {
 		cache, bound, ttl = r.refused, maxRefused, r.denyTTL
+		delete(r.allowed, key) // a revoked grant is no longer a renewal
 	}
 	if len(cache) >= bound {
 		for k, c := range cache {
@@ -299,8 +302,8 @@ func unavailable(what string, err error) error {
 	return &Error{Kind: Unavailable, Msg: "the server cannot " + what + " now (its log says why); retry shortly"}
 }
 
-func (r *Reviewer) review(ctx context.Context, token, verb string) (authnv1.UserInfo, error) {
-	u, err := r.authenticate(ctx, token)
+func (r *Reviewer) review(ctx context.Context, token, verb string, renewal bool) (authnv1.UserInfo, error) {
+	u, err := r.authenticate(ctx, token, renewal)
 	if err != nil {
 		return u, err
 	}
@@ -320,9 +323,12 @@ func (r *Reviewer) authorizeUser(ctx context.Context, u authnv1.UserInfo, verb s
 	return err
 }
 
-// authenticate sends the TokenReview, unless too many were sent just now.
-func (r *Reviewer) authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
-	if !r.tokenReviews.Allow() {
+// authenticate sends the TokenReview, unless too many were sent just now for tokens the cache
+// does not know. The renewal of an expired grant is not held to that bound: a flood of new
+// tokens cannot lock out the callers already known (the grants cache, which only a successful
+// review fills, bounds how many such renewals there can be).
+func (r *Reviewer) authenticate(ctx context.Context, token string, renewal bool) (authnv1.UserInfo, error) {
+	if !renewal && !r.tokenReviews.Allow() {
 		r.reviews("throttled")
 		return authnv1.UserInfo{}, &Error{Kind: Unavailable, Msg: "the server is reviewing too many new tokens at once; retry in a second"}
 	}

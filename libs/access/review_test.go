@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestBearerToken(t *testing.T) {
@@ -201,5 +202,37 @@ func TestNewTokensAreReviewedAtABoundedRate(t *testing.T) {
 	allowed := 20 + 10*time.Since(start).Seconds() + 1
 	if float64(*reviews) > allowed || throttled == 0 || *reviews+throttled != 200 {
 		t.Errorf("%d reviews and %d throttled for 200 new tokens in %s, want at most %.0f reviews", *reviews, throttled, time.Since(start), allowed)
+	}
+}
+
+// A caller already known to be good renews its expired grant whatever a flood of new tokens has
+// done to the review bound; the flood's own tokens stay throttled.
+func TestKnownTokensAreRenewedWhateverTheFlood(t *testing.T) {
+	kc, reviews := fakeReviews(t)
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	r := NewReviewer(kc, ReviewerOptions{ReviewsPerSecond: 1, AllowTTL: 30 * time.Second, Clock: clk})
+	ctx := t.Context()
+	if _, err := r.Check(ctx, goodToken, "watch"); err != nil {
+		t.Fatal(err)
+	}
+	throttled := 0
+	for i := range 50 { // the bound (burst 2) is spent at once
+		if _, err := r.Check(ctx, testJWT(fmt.Sprintf("flood-%d", i)), "watch"); KindOf(err) == Unavailable {
+			throttled++
+		}
+	}
+	if throttled < 45 {
+		t.Fatalf("only %d of 50 new tokens were throttled", throttled)
+	}
+	clk.SetTime(clk.Now().Add(31 * time.Second)) // the good token's grant has expired
+	before := *reviews
+	if user, err := r.Check(ctx, goodToken, "watch"); err != nil || user != "alice" {
+		t.Fatalf("the known token after the flood: %q %v, want it renewed", user, err)
+	}
+	if *reviews != before+1 {
+		t.Errorf("the renewal sent %d reviews, want 1", *reviews-before)
+	}
+	if _, err := r.Check(ctx, testJWT("flood-new"), "watch"); KindOf(err) != Unavailable {
+		t.Errorf("a new token during the flood: %v, want throttled", err)
 	}
 }

@@ -235,7 +235,19 @@ func (c *Console) user(ctx context.Context, r *http.Request) (*authnv1.UserInfo,
 		if !ok || s.Anonymous() {
 			return nil, &access.Error{Kind: access.Unauthenticated, Msg: "sign in first"}
 		}
-		u := s.UserInfo()
+		// Who the session's token belongs to now (reviewed again, cached for at most 30 s): a
+		// revoked token or a deleted ServiceAccount ends the session; groups are today's.
+		token, err := c.Sessions.Token(s)
+		if err != nil || c.Status == nil {
+			return nil, &access.Error{Kind: access.Unauthenticated, Msg: "the session holds no token this gateway can open: sign in again"}
+		}
+		u, err := c.Status.Authenticate(ctx, token)
+		if err != nil {
+			if access.KindOf(err) == access.Unauthenticated {
+				return nil, &access.Error{Kind: access.Unauthenticated, Msg: "the token this session was signed in with is no longer valid (revoked, or its ServiceAccount deleted): sign in again"}
+			}
+			return nil, err
+		}
 		return &u, nil
 	case access.MTLS:
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
@@ -291,11 +303,17 @@ func (c *Console) getSession(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, c.reply(session.Session{}, false))
 			return
 		}
+		// A session whose token no longer holds is signed out here, so the page asks to sign in.
+		if _, err := c.user(r.Context(), r); access.KindOf(err) == access.Unauthenticated {
+			http.SetCookie(w, c.Sessions.Clear())
+			writeJSON(w, http.StatusOK, c.reply(session.Session{}, false))
+			return
+		}
 		writeJSON(w, http.StatusOK, c.reply(s, true))
 		return
 	}
 	if !ok {
-		s = c.Sessions.Start(nil, time.Time{})
+		s, _ = c.Sessions.Start(nil, "", time.Time{})
 		ck, err := c.Sessions.Cookie(s)
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err.Error())
@@ -379,8 +397,11 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The session ends no later than the token it was made from.
-	s := c.Sessions.Start(&u, access.TokenExpiry(token))
-	ck, err := c.Sessions.Cookie(s)
+	s, err := c.Sessions.Start(&u, token, access.TokenExpiry(token))
+	var ck *http.Cookie
+	if err == nil {
+		ck, err = c.Sessions.Cookie(s)
+	}
 	if err != nil {
 		done(http.StatusBadRequest, err.Error())
 		return

@@ -65,8 +65,12 @@ func namespace(t *testing.T, name string) string {
 	return name
 }
 
-// siteRecheck is how often a site's open streams re-check their reader.
-var siteRecheck = time.Minute
+// siteRecheck is how often a site's open streams re-check their reader; siteAllowTTL how long
+// its reviewer reuses a token's review (0: the default, 30 s).
+var (
+	siteRecheck  = time.Minute
+	siteAllowTTL time.Duration
+)
 
 func startSite(t *testing.T, ns string, mode access.Mode) site {
 	t.Helper()
@@ -99,7 +103,7 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	var status *access.Reviewer
 	var runsAuth gateway.Authorizer
 	if mode == access.Token {
-		status = access.NewReviewer(env.Client, ns, access.ReviewerOptions{})
+		status = access.NewReviewer(env.Client, ns, access.ReviewerOptions{AllowTTL: siteAllowTTL})
 		gw.RequireToken(status, siteRecheck)
 		runsAuth = gateway.AllOf{kinds[runs.KindAgentRun], kinds[runs.KindOrchestrationRun]}
 	}
@@ -448,7 +452,8 @@ func TestSignInExchangesATokenForASessionCookie(t *testing.T) {
 
 func mustCookie(t *testing.T, k *session.Keys) string {
 	t.Helper()
-	v, err := k.Encode(k.Start(nil, time.Time{}))
+	anon, _ := k.Start(nil, "", time.Time{})
+	v, err := k.Encode(anon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -676,13 +681,18 @@ func TestAStreamEndsWhenItsSessionDoes(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "console-session-end")
 	s := startSite(t, ns, access.Token)
-	if _, err := env.ServiceAccountToken(ctx, ns, "short"); err != nil {
+	token, err := env.ServiceAccountToken(ctx, ns, "short")
+	if err != nil {
 		t.Fatal(err)
 	}
 	grant(t, env.Client, ns, "short", append([]rbacv1.PolicyRule{statusViewer}, runReader...)...)
 	waitGranted(t, ns, "short")
-	u := &authnv1.UserInfo{Username: "system:serviceaccount:" + ns + ":short", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-	ck, err := s.keys.Cookie(s.keys.Start(u, time.Now().Add(3*time.Second)))
+	u := &authnv1.UserInfo{Username: "system:serviceaccount:" + ns + ":short"}
+	sess, err := s.keys.Start(u, token, time.Now().Add(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := s.keys.Cookie(sess)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -717,5 +727,57 @@ func waitGranted(t *testing.T, ns, sa string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s's grant never took effect: %v", sa, err)
 		}
+	}
+}
+
+// TestASessionEndsWithItsServiceAccount (#31 item 5): a console session is its sign-in token,
+// reviewed again at each check: once the ServiceAccount it was made for is deleted, its open
+// stream ends saying why, and the console's API refuses it asking to sign in again, though the
+// session's cookie has hours left and the RoleBinding naming the ServiceAccount stays.
+func TestASessionEndsWithItsServiceAccount(t *testing.T) {
+	siteRecheck, siteAllowTTL = 200*time.Millisecond, 200*time.Millisecond
+	defer func() { siteRecheck, siteAllowTTL = time.Minute, 0 }()
+	ctx := context.Background()
+	ns := namespace(t, "console-session-sa")
+	s := startSite(t, ns, access.Token)
+	token, err := env.ServiceAccountToken(ctx, ns, "leaving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant(t, env.Client, ns, "leaving", append([]rbacv1.PolicyRule{statusViewer}, runReader...)...)
+	waitGranted(t, ns, "leaving")
+	hdr, _ := login(t, s, token)
+	if code, r := do(t, http.MethodGet, s.url+"/console/api/session", hdr); code != http.StatusOK || !strings.Contains(r, `"signed_in":true`) {
+		t.Fatalf("after sign-in: %d %s", code, r)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	events, code := readSSE(t, sctx, s.url+gateway.RunsStreamPath, hdr)
+	if code != http.StatusOK {
+		t.Fatalf("the stream refused the session: %d", code)
+	}
+	<-events // the snapshot: the stream is open
+	if err := env.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, "leaving", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last sseEvent
+	for ev := range events { // until the stream ends
+		last = ev
+	}
+	if sctx.Err() != nil {
+		t.Fatal("the stream outlived the session's ServiceAccount")
+	}
+	if last.typ != "error" || !strings.Contains(last.data.Message, "access ended") {
+		t.Errorf("the stream ended with %s %q, want an error event saying access ended", last.typ, last.data.Message)
+	}
+	testenv.Eventually(t, 30*time.Second, "the console refuses the session", func() error {
+		code, body := do(t, http.MethodGet, s.url+"/console/api/runs/AgentRun/none", hdr)
+		if code != http.StatusUnauthorized || !strings.Contains(body, "sign in again") {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	if code, r := do(t, http.MethodGet, s.url+"/console/api/session", hdr); code != http.StatusOK || !strings.Contains(r, `"signed_in":false`) {
+		t.Errorf("the session endpoint after the ServiceAccount's deletion: %d %s", code, r)
 	}
 }

@@ -68,8 +68,10 @@ type Authorizer interface {
 
 // Credential is what a request presents: a bearer token, or the user of a console session.
 type Credential struct {
+	// Token is the bearer token presented, or the one a console session was signed in with: it is
+	// reviewed again at each check (a revoked token or a deleted ServiceAccount ends access, and
+	// the groups are the API server's of now).
 	Token string
-	User  *authnv1.UserInfo
 	// Session is the console session cookie the user came with (checked again on every
 	// re-check: a rotated key ends it), Expires when the credential ends (the session's, or the
 	// token's own expiry): an open stream ends then.
@@ -115,9 +117,12 @@ func (g *Gateway) credential(r *http.Request) Credential {
 		return Credential{Token: token, Expires: access.TokenExpiry(token)}
 	}
 	if s, ok := g.sessions.FromRequest(r); ok && !s.Anonymous() {
-		u := s.UserInfo()
+		token, err := g.sessions.Token(s)
+		if err != nil {
+			return Credential{}
+		}
 		c, _ := r.Cookie(g.sessions.CookieNameOf())
-		return Credential{User: &u, Session: c.Value, Expires: time.Unix(s.Expires, 0)}
+		return Credential{Token: token, Session: c.Value, Expires: time.Unix(s.Expires, 0)}
 	}
 	return Credential{}
 }
@@ -132,9 +137,6 @@ func (g *Gateway) allowed(ctx context.Context, auth Authorizer, cred Credential,
 		if _, err := g.sessions.Decode(cred.Session); err != nil {
 			return "", &access.Error{Kind: access.Unauthenticated, Msg: err.Error()}
 		}
-	}
-	if cred.User != nil {
-		return cred.User.Username, auth.CheckUser(ctx, *cred.User, verb)
 	}
 	return auth.Check(ctx, cred.Token, verb)
 }

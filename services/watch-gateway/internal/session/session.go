@@ -1,12 +1,17 @@
-// Package session is the web console's sign-in state: a cookie that carries who signed in (the
-// user a TokenReview returned, never the token) and until when, signed by the gateway with
-// HMAC-SHA256, so that any replica holding the same key accepts it and none needs a store. Each
-// session also has a CSRF token derived from its random ID with the same key: a page of the
-// console learns it from the session endpoint and sends it with every change it asks for, which a
-// page of another site cannot read.
+// Package session is the web console's sign-in state: a cookie that carries who signed in, until
+// when, and the token they signed in with, sealed (AES-256-GCM) with a key derived from the
+// gateway's: the browser holds it but cannot read it. The cookie is signed with HMAC-SHA256, so
+// that any replica holding the same key accepts it and none needs a store. The gateway reviews the
+// sealed token again at each access check (TokenReview, cached for at most 30 s), so a session
+// follows its token: refused once the token is revoked or its ServiceAccount deleted, with the
+// groups the API server gives now, never those of sign-in. Each session also has a CSRF token
+// derived from its random ID with the same key: a page of the console learns it from the session
+// endpoint and sends it with every change it asks for, which a page of another site cannot read.
 package session
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -31,23 +36,20 @@ const CookieName = "agentplane_session"
 const MinKeyBytes = 32
 
 // maxCookieBytes keeps a cookie under what every browser stores (4 KiB with its name and
-// attributes): a user in very many groups is refused with a message, not silently cut.
+// attributes): a token too long to seal in one is refused with a message, not silently cut.
 const maxCookieBytes = 3800
 
 // Session is one signed-in user.
 type Session struct {
 	// ID is random; the CSRF token is derived from it.
 	ID string `json:"i"`
-	// User is who signed in; an anonymous session (no authentication configured) has none.
-	User    string   `json:"u,omitempty"`
-	UID     string   `json:"d,omitempty"`
-	Groups  []string `json:"g,omitempty"`
-	Expires int64    `json:"x"` // Unix seconds
-}
-
-// UserInfo is the session's user as the authorization API wants it.
-func (s Session) UserInfo() authnv1.UserInfo {
-	return authnv1.UserInfo{Username: s.User, UID: s.UID, Groups: s.Groups}
+	// User is who signed in (shown on the page; access is decided from the token); an anonymous
+	// session (no authentication configured) has none.
+	User string `json:"u,omitempty"`
+	// Sealed is the token the user signed in with, sealed with the gateway's key (Keys.Token
+	// opens it). A session with a user and no token is not valid.
+	Sealed  string `json:"t,omitempty"`
+	Expires int64  `json:"x"` // Unix seconds
 }
 
 // Anonymous reports a session without a user.
@@ -160,9 +162,9 @@ func FromFile(path string, ttl time.Duration, onReloaded func(error)) (*Keys, er
 	return k, nil
 }
 
-// Start makes a session for user (nil: anonymous) that ends after the session lifetime, or at
-// notAfter when that comes first (the expiry of the token the user signed in with).
-func (k *Keys) Start(user *authnv1.UserInfo, notAfter time.Time) Session {
+// Start makes a session for user, who signed in with token (nil and "": anonymous), that ends
+// after the session lifetime, or at notAfter when that comes first (the token's expiry).
+func (k *Keys) Start(user *authnv1.UserInfo, token string, notAfter time.Time) (Session, error) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	end := k.now().Add(k.ttl)
@@ -170,10 +172,54 @@ func (k *Keys) Start(user *authnv1.UserInfo, notAfter time.Time) Session {
 		end = notAfter
 	}
 	s := Session{ID: base64.RawURLEncoding.EncodeToString(b), Expires: end.Unix()}
-	if user != nil {
-		s.User, s.UID, s.Groups = user.Username, user.UID, user.Groups
+	if user == nil {
+		return s, nil
 	}
-	return s
+	if token == "" {
+		return Session{}, errors.New("a signed-in session needs the token it was made from")
+	}
+	sealed, err := k.seal(s.ID, token)
+	if err != nil {
+		return Session{}, err
+	}
+	s.User, s.Sealed = user.Username, sealed
+	return s, nil
+}
+
+// aead is the cipher that seals tokens: AES-256-GCM with a key derived from the signing key (so
+// that rotating the signing key also ends every sealed token).
+func (k *Keys) aead() (cipher.AEAD, error) {
+	block, err := aes.NewCipher(k.mac("seal"))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// seal encrypts token, bound to the session id (a sealed token moved into another session does not
+// open).
+func (k *Keys) seal(id, token string) (string, error) {
+	a, err := k.aead()
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, a.NonceSize())
+	_, _ = rand.Read(nonce)
+	return base64.RawURLEncoding.EncodeToString(a.Seal(nonce, nonce, []byte(token), []byte(id))), nil
+}
+
+// Token opens the token s was signed in with.
+func (k *Keys) Token(s Session) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s.Sealed)
+	a, aerr := k.aead()
+	if err != nil || aerr != nil || len(raw) < a.NonceSize() || s.Sealed == "" {
+		return "", ErrInvalid
+	}
+	token, err := a.Open(nil, raw[:a.NonceSize()], raw[a.NonceSize():], []byte(s.ID))
+	if err != nil {
+		return "", ErrInvalid
+	}
+	return string(token), nil
 }
 
 func (k *Keys) mac(parts ...string) []byte {
@@ -194,7 +240,7 @@ func (k *Keys) Encode(s Session) (string, error) {
 	body := base64.RawURLEncoding.EncodeToString(raw)
 	v := body + "." + base64.RawURLEncoding.EncodeToString(k.mac("session", body))
 	if len(v) > maxCookieBytes {
-		return "", fmt.Errorf("the session of %s would not fit in a cookie (%d groups)", s.User, len(s.Groups))
+		return "", fmt.Errorf("the session of %s would not fit in a cookie (its token has %d bytes sealed): sign in with a shorter token", s.User, len(s.Sealed))
 	}
 	return v, nil
 }
@@ -220,7 +266,7 @@ func (k *Keys) Decode(v string) (Session, error) {
 		return Session{}, ErrInvalid
 	}
 	var s Session
-	if err := json.Unmarshal(raw, &s); err != nil || s.ID == "" {
+	if err := json.Unmarshal(raw, &s); err != nil || s.ID == "" || (s.User != "") != (s.Sealed != "") {
 		return Session{}, ErrInvalid
 	}
 	if k.now().Unix() >= s.Expires {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -21,9 +22,28 @@ func keys(t *testing.T, key string) *Keys {
 	return k
 }
 
-func TestASessionRoundTripsAndCarriesNoToken(t *testing.T) {
+// start is Start for a user who signed in with token.
+func start(t *testing.T, k *Keys, user, token string, notAfter time.Time) Session {
+	t.Helper()
+	s, err := k.Start(&authnv1.UserInfo{Username: user}, token, notAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func anonymous(k *Keys) Session {
+	s, _ := k.Start(nil, "", time.Time{})
+	return s
+}
+
+// The cookie carries the sign-in token sealed: no form of it can be read from the cookie, the
+// gateway's key opens it, another key or another session does not, and a signed-in session
+// without a token is no session.
+func TestASessionRoundTripsWithItsTokenSealed(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
-	s := k.Start(&authnv1.UserInfo{Username: "system:serviceaccount:agents:ops", UID: "u1", Groups: []string{"system:serviceaccounts"}}, time.Time{})
+	const token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6YWdlbnRzOm9wcyJ9.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"
+	s := start(t, k, "system:serviceaccount:agents:ops", token, time.Time{})
 	ck, err := k.Cookie(s)
 	if err != nil {
 		t.Fatal(err)
@@ -31,9 +51,35 @@ func TestASessionRoundTripsAndCarriesNoToken(t *testing.T) {
 	if !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" || ck.MaxAge < 3500 {
 		t.Fatalf("cookie attributes = %+v", ck)
 	}
+	body, _, _ := strings.Cut(ck.Value, ".")
+	inner, _ := base64.RawURLEncoding.DecodeString(body)
+	for _, part := range strings.Split(token, ".") {
+		if strings.Contains(ck.Value, part) || strings.Contains(string(inner), part) {
+			t.Fatalf("the cookie shows a part of the token: %s", inner)
+		}
+	}
 	got, err := k.Decode(ck.Value)
-	if err != nil || got.User != s.User || got.ID != s.ID || got.Groups[0] != "system:serviceaccounts" {
+	if err != nil || got.User != s.User || got.ID != s.ID {
 		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	if opened, err := k.Token(got); err != nil || opened != token {
+		t.Fatalf("Token = %q, %v", opened, err)
+	}
+	if _, err := keys(t, strings.Repeat("o", 32)).Token(got); !errors.Is(err, ErrInvalid) {
+		t.Errorf("another key opened the token: %v", err)
+	}
+	moved := start(t, k, "mallory", "other-token", time.Time{})
+	moved.Sealed = s.Sealed
+	if _, err := k.Token(moved); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a sealed token moved into another session opened: %v", err)
+	}
+	if _, err := k.Start(&authnv1.UserInfo{Username: "alice"}, "", time.Time{}); err == nil {
+		t.Error("a signed-in session was made without its token")
+	}
+	noToken := s
+	noToken.Sealed = ""
+	if _, err := k.Decode(mustEncode(t, k, noToken)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a signed-in session without a token (an older cookie): %v, want ErrInvalid", err)
 	}
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.AddCookie(ck)
@@ -45,7 +91,7 @@ func TestASessionRoundTripsAndCarriesNoToken(t *testing.T) {
 func TestTamperedForeignOrExpiredSessionsAreRefused(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
 	other := keys(t, strings.Repeat("o", 32))
-	s := k.Start(&authnv1.UserInfo{Username: "alice"}, time.Time{})
+	s := start(t, k, "alice", "alice-token", time.Time{})
 	v, err := k.Encode(s)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +132,7 @@ func mustEncode(t *testing.T, k *Keys, s Session) string {
 
 func TestCSRFTokensBelongToOneSession(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
-	a, b := k.Start(nil, time.Time{}), k.Start(nil, time.Time{})
+	a, b := anonymous(k), anonymous(k)
 	if !k.CheckCSRF(a, k.CSRF(a)) {
 		t.Fatal("a session's own CSRF token was refused")
 	}
@@ -103,12 +149,11 @@ func TestShortKeysAndHugeSessionsAreRefused(t *testing.T) {
 		t.Fatalf("a 5-byte key: %v", err)
 	}
 	k := keys(t, strings.Repeat("k", 32))
-	groups := make([]string, 500)
-	for i := range groups {
-		groups[i] = "group-with-a-long-name-" + strings.Repeat("x", 10)
+	if _, err := k.Cookie(start(t, k, "many", strings.Repeat("x", 4000), time.Time{})); err == nil || !strings.Contains(err.Error(), "would not fit in a cookie") {
+		t.Fatalf("a session too large for a cookie: %v", err)
 	}
-	if _, err := k.Cookie(k.Start(&authnv1.UserInfo{Username: "many", Groups: groups}, time.Time{})); err == nil {
-		t.Fatal("a session too large for a cookie was encoded")
+	if _, err := k.Cookie(start(t, k, "sa", strings.Repeat("x", 1500), time.Time{})); err != nil {
+		t.Fatalf("a session with a ServiceAccount token's length: %v", err)
 	}
 }
 
@@ -117,11 +162,11 @@ func TestShortKeysAndHugeSessionsAreRefused(t *testing.T) {
 func TestASessionIsBoundedByItsTokenItsKeyAndItsGateway(t *testing.T) {
 	k := keys(t, strings.Repeat("k", 32))
 	soon := time.Now().Add(10 * time.Minute)
-	s := k.Start(&authnv1.UserInfo{Username: "alice"}, soon)
+	s := start(t, k, "alice", "alice-token", soon)
 	if s.Expires != soon.Unix() {
 		t.Errorf("a session from a 10-minute token ends at %d, want %d (not the hour of the session lifetime)", s.Expires, soon.Unix())
 	}
-	if s := k.Start(&authnv1.UserInfo{Username: "alice"}, time.Now().Add(48*time.Hour)); s.Expires > time.Now().Add(time.Hour).Unix()+1 {
+	if s := start(t, k, "alice", "alice-token", time.Now().Add(48*time.Hour)); s.Expires > time.Now().Add(time.Hour).Unix()+1 {
 		t.Errorf("a session from a long-lived token outlives the session lifetime: %d", s.Expires)
 	}
 	if n := k.Name("team-a", false).CookieNameOf(); n != "agentplane_session_team_a" {
@@ -143,7 +188,7 @@ func TestASessionIsBoundedByItsTokenItsKeyAndItsGateway(t *testing.T) {
 	}
 	now := time.Now()
 	fk.now = func() time.Time { return now }
-	v, _ := fk.Encode(fk.Start(&authnv1.UserInfo{Username: "alice"}, time.Time{}))
+	v, _ := fk.Encode(start(t, fk, "alice", "alice-token", time.Time{}))
 	if _, err := fk.Decode(v); err != nil {
 		t.Fatal(err)
 	}
