@@ -96,19 +96,8 @@ func BenchmarkStatusWritesUnderAttack(b *testing.B) {
 	defer sw.Stop()
 
 	// The legitimate controller: run-controller's token, as its chart projects it.
-	token, err := kube.ServiceAccountToken(ctx, ns, "run-controller", access.DefaultAudience)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tokenFile := filepath.Join(b.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	dial, err := access.ClientAuth{TokenFile: tokenFile}.DialOptions()
-	if err != nil {
-		b.Fatal(err)
-	}
-	client, err := statusclient.New(sw.GRPCAddr, "bench-attack", statusclient.Options{RetryFor: 10 * time.Second, Dial: dial})
+	client, err := statusclient.New(sw.GRPCAddr, "bench-attack", statusclient.Options{RetryFor: 10 * time.Second,
+		Dial: callerDial(b, kube, ns, "run-controller")})
 	if err != nil {
 		b.Fatal(err)
 	}

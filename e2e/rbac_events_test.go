@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
@@ -57,19 +55,8 @@ func TestEventEmitterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	}
 	defer ee.Stop()
 
-	tok, err := k8s.ServiceAccountToken(ctx, "granted", "run-controller", "agentplane")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte(tok), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dial, err := access.ClientAuth{TokenFile: file}.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, err := eventclient.New(ee.GRPCAddr, "run-controller", "rbac-test", eventclient.Options{RetryFor: 20 * time.Second, Dial: dial})
+	events, err := eventclient.New(ee.GRPCAddr, "run-controller", "rbac-test", eventclient.Options{RetryFor: 20 * time.Second,
+		Dial: callerDial(t, k8s, "granted", "run-controller")})
 	if err != nil {
 		t.Fatal(err)
 	}

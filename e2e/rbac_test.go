@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentplane/agentplane/libs/access"
+	"github.com/agentplane/agentplane/libs/grpcx"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
@@ -69,18 +70,7 @@ func TestStatusWriterChartRBACIsEnoughAndNoMore(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	writer := func(sa string) *statusclient.Client {
-		tok, err := kube.ServiceAccountToken(ctx, "granted", sa, "agentplane")
-		if err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(t.TempDir(), "token")
-		if err := os.WriteFile(file, []byte(tok), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		dial, err := access.ClientAuth{TokenFile: file}.DialOptions()
-		if err != nil {
-			t.Fatal(err)
-		}
+		dial := callerDial(t, kube, "granted", sa)
 		sw, err := statusclient.New(fmt.Sprintf("127.0.0.1:%d", grpcPort), "rbac-test", statusclient.Options{RetryFor: 20 * time.Second, Dial: dial})
 		if err != nil {
 			t.Fatal(err)
@@ -299,6 +289,25 @@ func gatewayServesTokenAccess(t *testing.T, cp, runsNS string) {
 	if strings.Contains(stderr.String(), "forbidden") {
 		t.Errorf("the gateway was refused a request of its own with the chart's RBAC:\n%s", stderr.String())
 	}
+}
+
+// callerDial is how a controller dials agentplane's services: a token of ServiceAccount ns/sa
+// issued for the services' audience, read from a file as the charts project it.
+func callerDial(t testing.TB, kube *testenv.Kube, ns, sa string) grpcx.ClientOptions {
+	t.Helper()
+	tok, err := kube.ServiceAccountToken(context.Background(), ns, sa, access.DefaultAudience)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dial, err := access.ClientAuth{TokenFile: file}.DialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dial
 }
 
 // chartOnAPIServer starts a real API server, creates namespaces and applies what the chart
