@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,8 +17,11 @@ import (
 type Redis struct {
 	Addr string
 	port int
-	dir  string
-	cmd  *exec.Cmd
+	// busPort is a cluster node's bus port (chosen free, rather than Redis's port + 10000, which
+	// may be taken or past 65535).
+	busPort int
+	dir     string
+	cmd     *exec.Cmd
 	// args returns the command line after redis-server (nil: a plain server on port).
 	args func(r *Redis) []string
 	// listening: only wait for the port to accept connections (a server that wants TLS or a
@@ -34,20 +38,30 @@ func startRedisWith(listening bool, args func(r *Redis) []string) (*Redis, error
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("redis-server not found on PATH: run `make deps` (apt-get install redis-server)")
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "agentplane-redis-")
-	if err != nil {
-		return nil, err
-	}
-	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, args: args, listening: listening}
-	if err := r.Start(); err != nil {
+	// A port found free can be taken by another process before redis-server binds it (the
+	// machine runs API servers and clients beside the tests): a server that does not come up is
+	// started again on other ports, twice at most.
+	var last error
+	for range 3 {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		bus, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "agentplane-redis-")
+		if err != nil {
+			return nil, err
+		}
+		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, busPort: bus, dir: dir, args: args, listening: listening}
+		if last = r.Start(); last == nil {
+			return r, nil
+		}
 		_ = os.RemoveAll(dir)
-		return nil, err
 	}
-	return r, nil
+	return nil, last
 }
 
 // Start (re)starts the server on its port and waits until it answers PING.
@@ -61,7 +75,13 @@ func (r *Redis) Start() error {
 		args = r.args(r)
 	}
 	cmd := exec.Command("redis-server", args...)
-	cmd.Stdout, cmd.Stderr = nil, nil
+	// Its log, for the error below when it does not come up.
+	logFile, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
@@ -79,7 +99,8 @@ func (r *Redis) Start() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = r.Stop()
-	return fmt.Errorf("redis-server on %s did not answer PING within 10s", r.Addr)
+	log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	return fmt.Errorf("redis-server on %s did not answer PING within 10s; its log:\n%s", r.Addr, tail(string(log), 2000))
 }
 
 // Stop kills the server; its data is gone.
@@ -128,4 +149,12 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }

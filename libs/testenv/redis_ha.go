@@ -46,7 +46,7 @@ func (c *RedisCluster) Close() {
 func clusterNode(r *Redis) []string {
 	return []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", r.dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0"}
+		"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0", "--cluster-port", strconv.Itoa(r.busPort)}
 }
 
 // StartRedisCluster starts masters x (1 + replicasEach) redis-server processes in cluster mode,
@@ -95,10 +95,18 @@ func StartRedisCluster(masters, replicasEach int) (_ *RedisCluster, err error) {
 		}
 	}
 	all := c.Addrs()
+	bus := map[string]int{}
+	for i, m := range c.Masters {
+		bus[m.Addr] = m.busPort
+		for _, r := range c.Replicas[i] {
+			bus[r.Addr] = r.busPort
+		}
+	}
 	first := c.Masters[0]
 	for _, a := range all[1:] {
 		host, port, _ := strings.Cut(a, ":")
-		if err := cl(first).ClusterMeet(ctx, host, port).Err(); err != nil {
+		// With its bus port: each node's is its own (--cluster-port), not its port + 10000.
+		if err := cl(first).Do(ctx, "CLUSTER", "MEET", host, port, bus[a]).Err(); err != nil {
 			return nil, fmt.Errorf("CLUSTER MEET %s: %w", a, err)
 		}
 	}
