@@ -323,8 +323,17 @@ func chartOnAPIServer(t *testing.T, chart, namespace string, namespaces []string
 	}
 	t.Cleanup(func() { _ = kube.Stop() })
 	kubectl := func(args ...string) (string, error) {
-		out, errOut, err := kube.RunKubectl(context.Background(), args...)
-		return out + errOut, err
+		// The admission policy that records a run's creator needs the CRD's published schema; while
+		// the API server republishes it (it did, under CI's load, after StartKube had seen it), a
+		// create is refused with this transient message. Retried as a user would, for up to 30 s.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, errOut, err := kube.RunKubectl(context.Background(), args...)
+			if err == nil || !strings.Contains(errOut, "There can be a delay between when CustomResourceDefinitions are created") || time.Now().After(deadline) {
+				return out + errOut, err
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	}
 	for _, ns := range namespaces {
 		if out, err := kubectl("create", "namespace", ns); err != nil {
