@@ -167,7 +167,7 @@ func NewGuard(a ServerAuth, kc kubernetes.Interface, reg prometheus.Registerer, 
 		}, []string{"result"})}
 	reviews := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentplane_grpc_auth_reviews_total",
-		Help: "TokenReviews sent to the API server to authenticate callers (the rest were answered from the cache).",
+		Help: "Tokens of callers the cache did not answer, by kind: token (a TokenReview sent to the API server), refused-locally (not a plausible token, no review) or throttled (over the review bound, no review).",
 	}, []string{"kind"})
 	reg.MustRegister(g.decisions, reviews)
 	if a.Mode == Token {
