@@ -226,14 +226,6 @@ func TestServiceMonitorsAndAlerts(t *testing.T) {
 // runs these pods against the running services: TestWholeSystem/HelmTestPodOfEveryChartPasses.)
 func TestHelmTestPodProbesTheService(t *testing.T) {
 	h := newHelmEnv(t)
-	testPod := func(objs []map[string]any) map[string]any {
-		for _, o := range kind(objs, "Pod") {
-			if at(o, "metadata", "annotations", "helm.sh/hook") == "test" {
-				return o
-			}
-		}
-		return nil
-	}
 	for _, sc := range serviceCharts {
 		t.Run(sc.name, func(t *testing.T) {
 			objs := objects(t, h, sc.name, "-n", "agents")
@@ -242,7 +234,11 @@ func TestHelmTestPodProbesTheService(t *testing.T) {
 				t.Fatal("no helm test pod")
 			}
 			args := fmt.Sprint(at(p, "spec", "containers", "0", "args"))
-			if want := "[probe " + sc.name + ".agents.svc:50051]"; args != want {
+			want := "[probe " + sc.name + ".agents.svc:50051]"
+			if sc.name == "watch-gateway" { // TLS by default, with the certificate the chart generates
+				want = "[probe --ca-file=/etc/agentplane/tls/ca.crt --server-name=watch-gateway.agents.svc watch-gateway.agents.svc:50051]"
+			}
+			if args != want {
 				t.Errorf("args %s, want %s", args, want)
 			}
 			if img, dimg := at(p, "spec", "containers", "0", "image"), at(kind(objs, "Deployment")[0], "spec", "template", "spec", "containers", "0", "image"); img != dimg {
@@ -420,4 +416,14 @@ func TestNoChartRendersAnObjectTwice(t *testing.T) {
 			seen[key] = true
 		}
 	}
+}
+
+// testPod is the chart's helm test pod among objs, or nil.
+func testPod(objs []map[string]any) map[string]any {
+	for _, o := range kind(objs, "Pod") {
+		if at(o, "metadata", "annotations", "helm.sh/hook") == "test" {
+			return o
+		}
+	}
+	return nil
 }

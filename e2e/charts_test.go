@@ -275,10 +275,19 @@ func isLeaderElectionRole(o manifest) bool {
 }
 
 // isStatusViewerRole tells watch-gateway's Role for operators to bind: get and watch of the
-// virtual controlplane/status, nothing else.
+// virtual controlplane/status, and get on the ConfigMap of the gateway's CA by name when the
+// chart publishes one (TLS by default), nothing else.
 func isStatusViewerRole(o manifest) bool {
-	return o.Kind == "Role" && len(o.Rules) == 1 && slices.Equal(o.Rules[0].APIGroups, []string{"agents.proompteng.ai"}) &&
-		slices.Equal(o.Rules[0].Resources, []string{"controlplane/status"}) && slices.Equal(o.Rules[0].Verbs, []string{"get", "watch"})
+	if o.Kind != "Role" || len(o.Rules) == 0 || len(o.Rules) > 2 || !slices.Equal(o.Rules[0].APIGroups, []string{"agents.proompteng.ai"}) ||
+		!slices.Equal(o.Rules[0].Resources, []string{"controlplane/status"}) || !slices.Equal(o.Rules[0].Verbs, []string{"get", "watch"}) {
+		return false
+	}
+	if len(o.Rules) == 2 {
+		r := o.Rules[1]
+		return slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"configmaps"}) &&
+			slices.Equal(r.Verbs, []string{"get"}) && len(r.ResourceNames) == 1 && strings.HasSuffix(r.ResourceNames[0], "-ca")
+	}
+	return true
 }
 
 // isConsoleUserRole tells watch-gateway's console-viewer and console-operator Roles, rendered for
@@ -647,9 +656,8 @@ func TestWatchGatewayChartAccess(t *testing.T) {
 	if !viewer(token) {
 		t.Error("auth.mode=token: no status-viewer Role to bind")
 	}
-	if _, ok := envOf(t, token, "JANGAR_WATCH_TLS_CERT_FILE"); ok {
-		t.Error("TLS configured without tls.secretName")
-	}
+	// TLS is on by default (#31 item 4; TestTheGatewayServesTLSByDefault checks the certificate).
+	wantEnv(t, token, "JANGAR_WATCH_TLS_CERT_FILE", "/etc/watch-gateway/tls/tls.crt")
 
 	none := h.template(t, chart, "--set", "auth.mode=none")
 	wantEnv(t, none, "JANGAR_HTTP_ADDR", "127.0.0.1:8080")
@@ -658,7 +666,8 @@ func TestWatchGatewayChartAccess(t *testing.T) {
 		t.Error("auth.mode=none still grants review rights or renders the viewer Role")
 	}
 
-	wantRefused(t, h, chart, "tls.secretName", "--set", "auth.mode=mtls")
+	wantRefused(t, h, chart, "tls.clientCA.secretName", "--set", "auth.mode=mtls")
+	wantRefused(t, h, chart, "tls.secretName", "--set", "auth.mode=mtls", "--set", "tls.generate=false", "--set", "tls.clientCA.secretName=gw-client-ca")
 	mtls := h.template(t, chart, "--set", "auth.mode=mtls", "--set", "tls.secretName=gw-tls", "--set", "tls.clientCA.secretName=gw-client-ca")
 	wantEnv(t, mtls, "JANGAR_HTTP_ADDR", "0.0.0.0:8080")
 	wantEnv(t, mtls, "JANGAR_WATCH_TLS_CERT_FILE", "/etc/watch-gateway/tls/tls.crt")

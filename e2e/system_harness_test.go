@@ -277,7 +277,9 @@ func (s *system) chartValues(name string) []string {
 				targets = append(targets, svc+"="+svc+":50051")
 			}
 		}
-		v = append(v, "--set", "redis.url=redis://redis:6379/0", "--set", "heartbeat=2s",
+		// Plaintext here: the chart's generated certificate is a Secret volume, which these
+		// containers do not emulate (TestClusterInstall runs the TLS default on real pods).
+		v = append(v, "--set", "tls.generate=false", "--set", "redis.url=redis://redis:6379/0", "--set", "heartbeat=2s",
 			"--set", "env.vars.JANGAR_WATCH_TARGETS="+strings.ReplaceAll(strings.Join(targets, ","), ",", `\,`))
 	}
 	return v

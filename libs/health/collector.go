@@ -61,10 +61,10 @@ type CollectorOptions struct {
 	// certificates the collector does not hold).
 	Self string
 	// Dial, when set, gives the address to reach a service found through its Deployment instead
-	// of its cluster DNS name (agentctl on a laptop: a port-forward to one of its pods), and a
-	// release for when the connection ends. An error leaves the service's health to its
+	// of its cluster DNS name (agentctl on a laptop: a port-forward to one of its pods), how to
+	// dial it (TLS, for a pod that serves it) and a release for when the connection ends. An error leaves the service's health to its
 	// Deployment's readiness, and Dial is tried again later.
-	Dial func(ctx context.Context, service string) (addr string, release func(), err error)
+	Dial func(ctx context.Context, service string) (addr string, opts grpcx.ClientOptions, release func(), err error)
 }
 
 // Collector keeps the latest Observation and feeds the hub.
@@ -440,7 +440,7 @@ func (c *Collector) followHealth(ctx context.Context, name string) {
 		c.followDialled(ctx, name)
 		return
 	}
-	c.followAt(ctx, name, c.target(name), false)
+	c.followAt(ctx, name, c.target(name), grpcx.ClientOptions{}, false)
 }
 
 // followDialled follows a service through the addresses Dial gives, a new one each time the
@@ -448,13 +448,13 @@ func (c *Collector) followHealth(ctx context.Context, name string) {
 func (c *Collector) followDialled(ctx context.Context, name string) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		addr, release, err := c.o.Dial(ctx, name)
+		addr, opts, release, err := c.o.Dial(ctx, name)
 		if err != nil {
 			logging.FromContext(ctx).Debug("cannot reach a service's health", "service", name, "err", err)
 			c.unanswerable(name)
 		} else {
 			start := time.Now()
-			c.followAt(ctx, name, addr, true) // returns once the connection is lost
+			c.followAt(ctx, name, addr, opts, true) // returns once the connection is lost
 			release()
 			if time.Since(start) > time.Minute {
 				backoff = time.Second
@@ -471,8 +471,8 @@ func (c *Collector) followDialled(ctx context.Context, name string) {
 
 // followAt follows a service's health at addr until ctx ends; with once, it returns at the
 // first lost connection instead of reconnecting (the address is a port-forward that died).
-func (c *Collector) followAt(ctx context.Context, name, addr string, once bool) {
-	conn, err := grpcx.Dial(addr, grpcx.ClientOptions{})
+func (c *Collector) followAt(ctx context.Context, name, addr string, opts grpcx.ClientOptions, once bool) {
+	conn, err := grpcx.Dial(addr, opts)
 	if err != nil {
 		c.setHealth(name, "", "UNREACHABLE")
 		return

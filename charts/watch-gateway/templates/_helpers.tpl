@@ -52,7 +52,7 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.auth.mode | quote }}
 - name: JANGAR_WATCH_AUTH_AUDIENCES
   value: {{ join "," .Values.auth.audiences | quote }}
-{{- if .Values.tls.secretName }}
+{{- if include "watch-gateway.tlsSecretName" . }}
 - name: JANGAR_WATCH_TLS_CERT_FILE
   value: /etc/watch-gateway/tls/tls.crt
 - name: JANGAR_WATCH_TLS_KEY_FILE
@@ -170,7 +170,7 @@ The volumes this service mounts besides /tmp, and their mounts (the shared deplo
 charts/_shared, includes them).
 */}}
 {{- define "watch-gateway.volumeMounts" }}
-            {{- if .Values.tls.secretName }}
+            {{- if include "watch-gateway.tlsSecretName" . }}
             - name: tls
               mountPath: /etc/watch-gateway/tls
               readOnly: true
@@ -189,14 +189,14 @@ charts/_shared, includes them).
 {{- end }}
 
 {{- define "watch-gateway.volumes" }}
-        {{- if .Values.tls.secretName }}
+        {{- if include "watch-gateway.tlsSecretName" . }}
         - name: tls
           secret:
-            secretName: {{ .Values.tls.secretName | quote }}
+            secretName: {{ include "watch-gateway.tlsSecretName" . | quote }}
         {{- end }}
         {{- if eq .Values.auth.mode "mtls" }}
-        {{- if not (and .Values.tls.secretName .Values.tls.clientCA.secretName) }}
-        {{- fail "auth.mode=mtls needs tls.secretName (the server certificate) and tls.clientCA.secretName (the CA of client certificates)" }}
+        {{- if not (and (include "watch-gateway.tlsSecretName" .) .Values.tls.clientCA.secretName) }}
+        {{- fail "auth.mode=mtls needs a server certificate (tls.secretName, tls.certManager.issuerRef.name or tls.generate) and tls.clientCA.secretName (the CA of client certificates)" }}
         {{- end }}
         - name: client-ca
           secret:

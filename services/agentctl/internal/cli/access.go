@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -21,10 +22,13 @@ type grpcAccess struct {
 	token, tokenFile          string
 	caFile, certFile, keyFile string
 	serverName                string
+	// pod is how the gateway pod reached through a port-forward serves TLS (its annotations),
+	// nil when it serves plaintext or was not reached that way. The flags above win over it.
+	pod *podTLS
 }
 
 func (a grpcAccess) tlsEnabled() bool {
-	return a.caFile != "" || a.certFile != "" || a.keyFile != "" || a.serverName != ""
+	return a.pod != nil || a.caFile != "" || a.certFile != "" || a.keyFile != "" || a.serverName != ""
 }
 
 func (a grpcAccess) dialOptions() (grpcx.ClientOptions, error) {
@@ -44,12 +48,22 @@ func (a grpcAccess) dialOptions() (grpcx.ClientOptions, error) {
 	}
 	if a.tlsEnabled() {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.serverName}
-		if a.caFile != "" {
+		switch {
+		case a.caFile != "":
 			pool, err := grpcx.CertPool(a.caFile)
 			if err != nil {
 				return o, fmt.Errorf("--tls-ca: %w", err)
 			}
 			cfg.RootCAs = pool
+		case a.pod != nil:
+			pool, err := a.pod.pool()
+			if err != nil {
+				return o, err
+			}
+			cfg.RootCAs = pool
+		}
+		if cfg.ServerName == "" && a.pod != nil {
+			cfg.ServerName = a.pod.serverName
 		}
 		if (a.certFile == "") != (a.keyFile == "") {
 			return o, errors.New("--tls-cert and --tls-key go together")
@@ -67,6 +81,27 @@ func (a grpcAccess) dialOptions() (grpcx.ClientOptions, error) {
 		o.Extra = append(o.Extra, grpc.WithPerRPCCredentials(bearer{token: token, secure: a.tlsEnabled()}))
 	}
 	return o, nil
+}
+
+// pool is the pod's CA as a pool (empty when --tls-ca was given instead).
+func (t *podTLS) pool() (*x509.CertPool, error) {
+	if len(t.ca) == 0 {
+		return nil, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(t.ca) {
+		return nil, withCode(ExitRejected, fmt.Errorf("%s holds no PEM certificate: pass --tls-ca FILE", t.caFrom))
+	}
+	return pool, nil
+}
+
+// credentials verify the pod with its CA and the name in its certificate.
+func (t *podTLS) credentials() (credentials.TransportCredentials, error) {
+	pool, err := t.pool()
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName, RootCAs: pool}), nil
 }
 
 // bearer sends "authorization: Bearer <token>" with every call. Over plaintext it is allowed

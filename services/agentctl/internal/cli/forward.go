@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+
+	"github.com/agentplane/agentplane/libs/grpcx"
 )
 
 // forwardToPod port-forwards a free local port on 127.0.0.1 to port of pod through the API
@@ -69,27 +71,83 @@ func forwardToPod(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface
 
 // readyPod returns a Running, Ready pod among those selector matches in namespace, with the
 // container port named portName (or numbered, when portName is a number).
-func readyPod(ctx context.Context, kc kubernetes.Interface, namespace string, selector map[string]string, port intstr.IntOrString) (string, int32, error) {
+func readyPod(ctx context.Context, kc kubernetes.Interface, namespace string, selector map[string]string, port intstr.IntOrString) (*corev1.Pod, int32, error) {
 	pods, err := kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(selector).String()})
 	if err != nil {
-		return "", 0, err
+		return nil, 0, err
 	}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !podReady(&p) {
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !podReady(p) {
 			continue
 		}
 		if port.Type == intstr.Int {
-			return p.Name, port.IntVal, nil
+			return p, port.IntVal, nil
 		}
 		for _, c := range p.Spec.Containers {
 			for _, cp := range c.Ports {
 				if cp.Name == port.StrVal {
-					return p.Name, cp.ContainerPort, nil
+					return p, cp.ContainerPort, nil
 				}
 			}
 		}
 	}
-	return "", 0, fmt.Errorf("no ready pod with port %s among %s in namespace %s", port.String(), labels.SelectorFromSet(selector), namespace)
+	return nil, 0, fmt.Errorf("no ready pod with port %s among %s in namespace %s", port.String(), labels.SelectorFromSet(selector), namespace)
+}
+
+// The annotations the charts put on a pod that serves TLS (charts/_shared/_common.tpl,
+// tlsPodAnnotations): the name its certificate is for, and the ConfigMap and key holding the CA
+// that signed it.
+const (
+	annotationTLSServerName  = "agentplane.dev/tls-server-name"
+	annotationTLSCAConfigMap = "agentplane.dev/tls-ca-configmap"
+	annotationTLSCAKey       = "agentplane.dev/tls-ca-key"
+)
+
+// podTLS is how to verify a pod reached through a port-forward: the name in its certificate and
+// the CA (PEM) that signed it, read through the API server with the user's kubeconfig.
+type podTLS struct {
+	serverName string
+	ca         []byte
+	// caFrom says where the CA came from, for errors ("ConfigMap agents/watch-gateway-ca").
+	caFrom string
+}
+
+// tlsOfPod reads how pod serves TLS from its annotations: nil when it serves plaintext. A pod
+// that serves TLS but names no CA, or whose CA cannot be read, is an error saying what to do;
+// with caFlag set (the user's --tls-ca) the ConfigMap is not read.
+func tlsOfPod(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod, caFlag bool) (*podTLS, error) {
+	name := pod.Annotations[annotationTLSServerName]
+	if name == "" {
+		return nil, nil
+	}
+	t := &podTLS{serverName: name}
+	if caFlag {
+		return t, nil
+	}
+	cm := pod.Annotations[annotationTLSCAConfigMap]
+	if cm == "" {
+		return nil, withCode(ExitRejected, fmt.Errorf("pod %s/%s serves TLS (for %s) and names no ConfigMap with its CA: pass --tls-ca FILE with the CA that signed its certificate", pod.Namespace, pod.Name, name))
+	}
+	key := pod.Annotations[annotationTLSCAKey]
+	if key == "" {
+		key = "ca.crt"
+	}
+	t.caFrom = "ConfigMap " + pod.Namespace + "/" + cm
+	c, err := kc.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, cm, metav1.GetOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, withCode(ExitRejected, fmt.Errorf("pod %s/%s serves TLS; its CA is in %s, which your kubeconfig may not read (%v): bind the gateway's status-viewer Role (it grants get on it) or pass --tls-ca FILE", pod.Namespace, pod.Name, t.caFrom, err))
+	case apierrors.IsNotFound(err):
+		return nil, withCode(ExitRejected, fmt.Errorf("pod %s/%s serves TLS; its CA should be in %s, which does not exist: pass --tls-ca FILE", pod.Namespace, pod.Name, t.caFrom))
+	case err != nil:
+		return nil, fmt.Errorf("read the CA of pod %s/%s from %s: %w", pod.Namespace, pod.Name, t.caFrom, err)
+	}
+	t.ca = []byte(c.Data[key])
+	if len(t.ca) == 0 {
+		return nil, withCode(ExitRejected, fmt.Errorf("%s has no key %s (the CA of pod %s/%s): pass --tls-ca FILE", t.caFrom, key, pod.Namespace, pod.Name))
+	}
+	return t, nil
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -108,7 +166,7 @@ const defaultGatewayService = "watch-gateway"
 // forwardToGateway port-forwards to the gRPC port of a ready pod behind the Service named name
 // in namespace. The Service is taken by name only, never by a label (anyone who may create
 // Services could set it), and agentctl sends it no kubeconfig credential either way.
-func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace, name string) (string, func(), error) {
+func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Interface, namespace, name string, caFlag bool) (string, *podTLS, func(), error) {
 	svc, err := kc.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		hint := ""
@@ -120,10 +178,10 @@ func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Inter
 			}
 			hint = fmt.Sprintf(" (Services labelled as watch-gateway's here: %s)", strings.Join(names, ", "))
 		}
-		return "", nil, withCode(ExitRejected, fmt.Errorf("no Service %s in namespace %s%s: install the watch-gateway chart, pass -n, --gateway-service NAME (the release's Service; a one-release install names it <release>-watch-gateway) or --gateway host:port", name, namespace, hint))
+		return "", nil, nil, withCode(ExitRejected, fmt.Errorf("no Service %s in namespace %s%s: install the watch-gateway chart, pass -n, --gateway-service NAME (the release's Service; a one-release install names it <release>-watch-gateway) or --gateway host:port", name, namespace, hint))
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("get watch-gateway's Service %s/%s: %w", namespace, name, err)
+		return "", nil, nil, fmt.Errorf("get watch-gateway's Service %s/%s: %w", namespace, name, err)
 	}
 	var target *intstr.IntOrString
 	for _, p := range svc.Spec.Ports {
@@ -136,24 +194,41 @@ func forwardToGateway(ctx context.Context, cfg *rest.Config, kc kubernetes.Inter
 		}
 	}
 	if target == nil || len(svc.Spec.Selector) == 0 {
-		return "", nil, withCode(ExitRejected, fmt.Errorf("Service %s/%s has no selector or no port named grpc: is it watch-gateway's? (--gateway-service)", namespace, svc.Name))
+		return "", nil, nil, withCode(ExitRejected, fmt.Errorf("Service %s/%s has no selector or no port named grpc: is it watch-gateway's? (--gateway-service)", namespace, svc.Name))
 	}
 	pod, port, err := readyPod(ctx, kc, namespace, svc.Spec.Selector, *target)
 	if err != nil {
-		return "", nil, fmt.Errorf("Service %s/%s: %w", namespace, svc.Name, err)
+		return "", nil, nil, fmt.Errorf("Service %s/%s: %w", namespace, svc.Name, err)
 	}
-	return forwardToPod(ctx, cfg, kc, namespace, pod, port)
+	t, err := tlsOfPod(ctx, kc, pod, caFlag)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	addr, stop, err := forwardToPod(ctx, cfg, kc, namespace, pod.Name, port)
+	return addr, t, stop, err
 }
 
 // serviceDialer is the collector's Dial in kube mode: a port-forward to a ready pod of the
-// service's Deployment, on its container port named grpc. No cluster DNS name is dialled.
-func serviceDialer(cfg *rest.Config, kc kubernetes.Interface, namespace string) func(context.Context, string) (string, func(), error) {
-	return func(ctx context.Context, service string) (string, func(), error) {
+// service's Deployment, on its container port named grpc, over TLS verified with the pod's CA
+// when the pod serves TLS (tlsOfPod). No cluster DNS name is dialled.
+func serviceDialer(cfg *rest.Config, kc kubernetes.Interface, namespace string) func(context.Context, string) (string, grpcx.ClientOptions, func(), error) {
+	return func(ctx context.Context, service string) (string, grpcx.ClientOptions, func(), error) {
+		var o grpcx.ClientOptions
 		sel := map[string]string{"app.kubernetes.io/name": service, "app.kubernetes.io/part-of": "agentplane"}
 		pod, port, err := readyPod(ctx, kc, namespace, sel, intstr.FromString("grpc"))
 		if err != nil {
-			return "", nil, err
+			return "", o, nil, err
 		}
-		return forwardToPod(ctx, cfg, kc, namespace, pod, port)
+		t, err := tlsOfPod(ctx, kc, pod, false)
+		if err != nil {
+			return "", o, nil, err
+		}
+		if t != nil {
+			if o.TLS, err = t.credentials(); err != nil {
+				return "", o, nil, err
+			}
+		}
+		addr, stop, err := forwardToPod(ctx, cfg, kc, namespace, pod.Name, port)
+		return addr, o, stop, err
 	}
 }

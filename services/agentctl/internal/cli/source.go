@@ -117,7 +117,7 @@ type kubeSource struct {
 
 // dial, when set, reaches a service's health (a port-forward to one of its pods); without it
 // services are judged by their Deployments alone.
-func newKubeSource(kc kubernetes.Interface, dyn dynamic.Interface, namespace string, dial func(context.Context, string) (string, func(), error)) *kubeSource {
+func newKubeSource(kc kubernetes.Interface, dyn dynamic.Interface, namespace string, dial func(context.Context, string) (string, grpcx.ClientOptions, func(), error)) *kubeSource {
 	hub := health.NewHub(1024, 256)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: namespace, Debounce: 300 * time.Millisecond, Dial: dial})

@@ -76,7 +76,9 @@ Two transports give the same model (seed 004):
   kube (default)  computed in agentctl from the Kubernetes API with your kubeconfig's rights
   grpc            read from watch-gateway: at --gateway host:port (or AGENTCTL_SERVER), or,
                   without it, the Service --gateway-service (watch-gateway) in -n, reached
-                  by a port-forward through the API server, as kubectl port-forward does;
+                  by a port-forward through the API server, as kubectl port-forward does,
+                  over TLS verified with the CA the chart publishes (the pod's
+                  agentplane.dev/tls-ca-configmap) when the pod serves TLS;
                   with a bearer token issued for the gateway's audience (--gateway-token,
                   --gateway-token-file or AGENTCTL_TOKEN, from kubectl create token NAME
                   --audience agentplane-gateway) or a client certificate (--tls-cert,
@@ -265,14 +267,20 @@ func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source,
 		return nil, withCode(ExitUsage, fmt.Errorf("kubeconfig: %w", err))
 	}
 	if o.transport == "grpc" { // no --gateway: find it through the kubeconfig, as kubectl port-forward would
-		addr, stop, err := forwardToGateway(cmd.Context(), cfg, kc, ns, o.gatewayService)
+		addr, podTLS, stop, err := forwardToGateway(cmd.Context(), cfg, kc, ns, o.gatewayService, o.access.caFile != "")
 		if err != nil {
 			if perm, ok := permanent(err, "the API server"); ok {
 				return nil, perm
 			}
+			var coded *exitError
+			if errors.As(err, &coded) {
+				return nil, err
+			}
 			return nil, withCode(ExitUnavailable, fmt.Errorf("reach watch-gateway through the API server: %w", err))
 		}
-		src, err := newGRPCSource(addr, g.namespaceFlag(), o.gatewayAccess(os.Getenv("AGENTCTL_TOKEN")))
+		access := o.gatewayAccess(os.Getenv("AGENTCTL_TOKEN"))
+		access.pod = podTLS
+		src, err := newGRPCSource(addr, g.namespaceFlag(), access)
 		if err != nil {
 			stop()
 			return nil, withCode(ExitUsage, err)
