@@ -98,7 +98,9 @@ func TestUmbrellaChart(t *testing.T) {
 			seen := map[string]bool{}
 			callers := fmt.Sprintf("%[1]s-job-gc,%[1]s-cancel-propagator,%[1]s-run-controller", rel)
 			for _, sc := range serviceCharts {
-				flags := []string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace, "--kube-version", renderKubeVersion}
+				// The umbrella's default: every service acts on runs in <namespace>-runs.
+				flags := []string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace, "--kube-version", renderKubeVersion,
+					"--set", "controller.namespaces={" + chartNamespace + "-runs}"}
 				switch sc.name {
 				case "status-writer":
 					flags = append(flags, "--set", "auth.allowedCallers={"+callers+"}")
@@ -142,6 +144,7 @@ func TestUmbrellaChart(t *testing.T) {
 				}
 				seen[key] = true
 			}
+			seen["Namespace/"+chartNamespace+"-runs"] = true // its own: where the runs live (TestTheUmbrellaKeepsRunsApart)
 			for key := range all {
 				if !seen[key] {
 					t.Errorf("release %s: the umbrella renders %s, which no service chart does", rel, key)
@@ -329,4 +332,65 @@ func generatedData(o map[string]any) map[string]any {
 		c["data"] = marked
 	}
 	return c
+}
+
+// TestTheUmbrellaKeepsRunsApart (#31 item 10): the one-release chart's services act on runs in a
+// namespace of their own (<release namespace>-runs, made by the release and kept on uninstall),
+// not in the control plane's, where its Secrets are; the gateway reports on the control plane
+// there and shows the runs' namespace; runs.namespace names another, runs.createNamespace=false
+// leaves its creation to the operator, and controller.namespaces, when given, wins.
+func TestTheUmbrellaKeepsRunsApart(t *testing.T) {
+	h := newHelmEnv(t)
+	namespaceOf := func(objs map[string]map[string]any) (string, bool) {
+		for key, o := range objs {
+			if strings.HasPrefix(key, "Namespace/") {
+				return fmt.Sprint(at(o, "metadata", "name")), at(o, "metadata", "annotations", "helm.sh/resource-policy") == "keep"
+			}
+		}
+		return "", false
+	}
+	actsIn := func(t *testing.T, objs map[string]map[string]any, rel, want string) {
+		t.Helper()
+		for _, sc := range serviceCharts {
+			if got := containerEnv(t, objs, rel+"-"+sc.name)["JANGAR_AGENTS_CONTROLLER_NAMESPACES"]; got != want {
+				t.Errorf("%s acts in %q, want %q", sc.name, got, want)
+			}
+		}
+	}
+
+	objs := umbrellaObjects(t, h, "agentplane")
+	if ns, kept := namespaceOf(objs); ns != chartNamespace+"-runs" || !kept {
+		t.Errorf("the release makes namespace %q (kept on uninstall: %v), want %s-runs, kept", ns, kept, chartNamespace)
+	}
+	actsIn(t, objs, "agentplane", chartNamespace+"-runs")
+	// The console's Roles go where the runs are; the status viewer's stays with the control plane.
+	if _, ok := objs["Role/agentplane-watch-gateway-console-viewer@"+chartNamespace+"-runs"]; !ok {
+		t.Errorf("no console-viewer Role in %s-runs: %v", chartNamespace, slices.Sorted(maps.Keys(objs)))
+	}
+	if _, ok := objs["Role/agentplane-watch-gateway-status-viewer"]; !ok {
+		t.Error("no status-viewer Role in the release namespace")
+	}
+	for key := range objs {
+		if strings.HasPrefix(key, "Secret/") && strings.Contains(key, "@") {
+			t.Errorf("a control-plane Secret rendered outside the release namespace: %s", key)
+		}
+	}
+
+	objs = umbrellaObjects(t, h, "agentplane", "--set", "runs.namespace=team-a")
+	if ns, _ := namespaceOf(objs); ns != "team-a" {
+		t.Errorf("runs.namespace=team-a makes namespace %q", ns)
+	}
+	actsIn(t, objs, "agentplane", "team-a")
+
+	objs = umbrellaObjects(t, h, "agentplane", "--set", "runs.createNamespace=false")
+	if ns, _ := namespaceOf(objs); ns != "" {
+		t.Errorf("runs.createNamespace=false still makes namespace %q", ns)
+	}
+	actsIn(t, objs, "agentplane", chartNamespace+"-runs")
+
+	objs = umbrellaObjects(t, h, "agentplane", "--set", "controller.namespaces={"+chartNamespace+"}")
+	if ns, _ := namespaceOf(objs); ns != "" {
+		t.Errorf("controller.namespaces given, yet the release makes namespace %q", ns)
+	}
+	actsIn(t, objs, "agentplane", chartNamespace)
 }

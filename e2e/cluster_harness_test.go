@@ -52,6 +52,9 @@ type kcluster struct {
 	dyn        dynamic.Interface
 	down       bool
 	before     hostState
+	// runsNS is where the installed release acts on runs: the one-release chart's default puts
+	// them apart from the control plane (clusterNS-runs), a release per service beside it.
+	runsNS string
 }
 
 // startCluster brings up the e2e cluster with `make cluster-up` (as root, with Docker) and
@@ -66,9 +69,9 @@ func startCluster(t *testing.T) *kcluster {
 	c := &kcluster{t: t, root: root, dir: t.TempDir(),
 		env: []string{"AGENTPLANE_CLUSTER_NAME=" + clusterName, fmt.Sprintf("AGENTPLANE_CLUSTER_NET=%d", clusterNet),
 			fmt.Sprintf("AGENTPLANE_PORT_OFFSET=%d", clusterOffset)},
-		registry: fmt.Sprintf("127.0.0.1:%d", 15000+clusterOffset),
-		hostIP:   fmt.Sprintf("10.250.%d.1", clusterNet),
-		name:     clusterName, net: clusterNet,
+		registry: fmt.Sprintf("127.0.0.1:%d", 15000+clusterOffset), runsNS: clusterNS,
+		hostIP: fmt.Sprintf("10.250.%d.1", clusterNet),
+		name:   clusterName, net: clusterNet,
 		nodeName: clusterName + "-node",
 	}
 	c.redisURL = fmt.Sprintf("redis://%s:%d/0", c.hostIP, 16379+clusterOffset)
@@ -154,6 +157,15 @@ func (c *kcluster) kubectl(args ...string) (string, error) {
 	return c.cmd(ctx, "kubectl", append([]string{"-n", clusterNS}, args...)...)
 }
 
+// kubectlRuns runs kubectl in the namespace of the runs (kubectl takes the last -n given).
+func (c *kcluster) kubectlRuns(args ...string) (string, error) {
+	return c.kubectl(append([]string{"-n", c.runsNS}, args...)...)
+}
+
+func (c *kcluster) kubectlRunsIn(stdin string, args ...string) (string, error) {
+	return c.kubectlIn(stdin, append([]string{"-n", c.runsNS}, args...)...)
+}
+
 func (c *kcluster) kubectlIn(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -180,9 +192,9 @@ func (c *kcluster) logTails() string {
 	return b.String()
 }
 
-// get reads one object of gvr in the test namespace.
+// get reads one object of gvr in the namespace of the runs.
 func (c *kcluster) get(gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
-	return c.dyn.Resource(gvr).Namespace(clusterNS).Get(context.Background(), name, metav1.GetOptions{})
+	return c.dyn.Resource(gvr).Namespace(c.runsNS).Get(context.Background(), name, metav1.GetOptions{})
 }
 
 // waitPhase waits until the run is in phase and returns it.

@@ -38,23 +38,26 @@ func TestClusterInstall(t *testing.T) {
 	if !t.Run("the node runs real containers beside kwok's", c.checkNodes) {
 		return
 	}
-	jobs := recordJobs(t, c.kube, clusterNS)
+	jobs := recordJobs(t, c.kube, metav1.NamespaceAll) // runs go to more than one namespace
 	var version string
 
 	if !t.Run("one release from the registry", func(t *testing.T) {
 		before := c.clusterObjects(t)
+		// The one-release chart's default: runs apart from the control plane (#31 item 10).
+		c.runsNS = clusterNS + "-runs"
 		// README.md's commands: make push, helm install from oci:// with the registry and
 		// Redis given, the examples, their logs, helm test.
 		c.runReadme(t)
 		version = c.chartVersion(t)
 		c.checkRelease(t, "agentplane", version, true)
+		t.Run("runs live apart from the control plane's Secrets", c.checkRunsApart)
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
 		t.Run("the threat model's admission refusals", c.checkThreats)
 		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
 		t.Run("helm test", func(t *testing.T) { c.helmTest(t, "agentplane") })
 		t.Run("every command the NOTES print works", func(t *testing.T) {
 			c.prepareNotes(t)
-			c.runNotes(t, "agentplane", map[string]string{"<namespace>": clusterNS, "<name>": "notes-cancel"})
+			c.runNotes(t, "agentplane", map[string]string{"<namespace>": c.runsNS, "<name>": "notes-cancel"})
 		})
 		t.Run("helm uninstall leaves no held Job and no stray object", func(t *testing.T) {
 			c.uninstall(t, before, "agentplane")
@@ -64,6 +67,7 @@ func TestClusterInstall(t *testing.T) {
 	}
 
 	if !t.Run("one release per service, in dependency order", func(t *testing.T) {
+		c.runsNS = clusterNS // each chart's own default: the release namespace
 		before := c.clusterObjects(t)
 		releases := []string{"agentplane-crds", "status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
 		for _, r := range releases {
@@ -80,7 +84,7 @@ func TestClusterInstall(t *testing.T) {
 		t.Run("every command the NOTES print works", func(t *testing.T) {
 			c.prepareNotes(t)
 			for _, r := range releases {
-				c.runNotes(t, r, map[string]string{"<namespace>": clusterNS, "<name>": "notes-cancel"})
+				c.runNotes(t, r, map[string]string{"<namespace>": c.runsNS, "<name>": "notes-cancel"})
 			}
 		})
 		t.Run("helm uninstall leaves no held Job and no stray object", func(t *testing.T) {
@@ -302,6 +306,33 @@ func (c *kcluster) checkAuthDecisions(t *testing.T) {
 	}
 }
 
+// checkRunsApart: the one-release chart's services act on runs in the namespace it made for them
+// (kept on uninstall), not in the control plane's; the examples' runs are there; a run's pod (the
+// runs namespace's default ServiceAccount) may read no Secret of the control plane's namespace.
+func (c *kcluster) checkRunsApart(t *testing.T) {
+	out, err := c.kubectl("get", "namespace", c.runsNS, "-o", `jsonpath={.metadata.annotations.helm\.sh/resource-policy}`)
+	if err != nil || strings.TrimSpace(out) != "keep" {
+		t.Errorf("namespace %s: %v %q, want it made by the release and kept on uninstall", c.runsNS, err, out)
+	}
+	for _, d := range []string{"run-controller", "job-gc", "cancel-propagator", "status-writer", "event-emitter", "watch-gateway"} {
+		out, err := c.kubectl("get", "deployment", "agentplane-"+d, "-o",
+			`jsonpath={.spec.template.spec.containers[0].env[?(@.name=="JANGAR_AGENTS_CONTROLLER_NAMESPACES")].value}`)
+		if err != nil || strings.TrimSpace(out) != c.runsNS {
+			t.Errorf("%s acts in %q (%v), want %s", d, out, err, c.runsNS)
+		}
+	}
+	if out, err := c.kubectl("get", "agentruns,orchestrationruns", "-o", "name"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("runs in the control plane's namespace %s: %v %s", clusterNS, err, out)
+	}
+	if out, err := c.kubectlRuns("get", "agentrun", "hello", "-o", "name"); err != nil {
+		t.Errorf("the README's example run is not in %s: %v %s", c.runsNS, err, out)
+	}
+	out, _ = c.kubectl("auth", "can-i", "get", "secrets", "-n", clusterNS, "--as", "system:serviceaccount:"+c.runsNS+":default")
+	if strings.TrimSpace(out) != "no" {
+		t.Errorf("a run's pod may read the control plane's Secrets: %q", out)
+	}
+}
+
 // checkThreats makes, as kubectl users on this cluster, the attacks of docs/security.md's threat
 // model that the API server refuses with the policies the release installed: a user who may only
 // create AgentRuns names a Secret they may not read (the confused deputy), and a user who may
@@ -310,7 +341,7 @@ func (c *kcluster) checkAuthDecisions(t *testing.T) {
 func (c *kcluster) checkThreats(t *testing.T) {
 	must := func(args ...string) {
 		t.Helper()
-		if out, err := c.kubectl(args...); err != nil {
+		if out, err := c.kubectlRuns(args...); err != nil {
 			t.Fatalf("kubectl %v: %v %s", args, err, out)
 		}
 	}
@@ -318,10 +349,10 @@ func (c *kcluster) checkThreats(t *testing.T) {
 	must("create", "role", "threat-runs-only", "--verb=create,get,list,watch", "--resource=agentruns.agents.proompteng.ai")
 	must("create", "rolebinding", "threat-mallory", "--role=threat-runs-only", "--user=mallory")
 	t.Cleanup(func() {
-		_, _ = c.kubectl("delete", "secret/threat-root", "role/threat-runs-only", "rolebinding/threat-mallory", "--ignore-not-found")
-		_, _ = c.kubectl("delete", "agentrun", "threat-deputy", "--ignore-not-found", "--wait=false")
+		_, _ = c.kubectlRuns("delete", "secret/threat-root", "role/threat-runs-only", "rolebinding/threat-mallory", "--ignore-not-found")
+		_, _ = c.kubectlRuns("delete", "agentrun", "threat-deputy", "--ignore-not-found", "--wait=false")
 	})
-	if out, err := c.kubectl("auth", "can-i", "get", "secret/threat-root", "--as", "mallory"); err == nil || strings.TrimSpace(out) != "no" {
+	if out, err := c.kubectlRuns("auth", "can-i", "get", "secret/threat-root", "--as", "mallory"); err == nil || strings.TrimSpace(out) != "no" {
 		t.Fatalf("mallory may read the Secret (%q): the attack would prove nothing", out)
 	}
 	deputy := `apiVersion: agents.proompteng.ai/v1alpha1
@@ -332,19 +363,19 @@ spec:
   runtime: {type: job}
   secrets: [threat-root]
 `
-	out, err := c.kubectlIn(deputy, "create", "--as", "mallory", "-f", "-")
+	out, err := c.kubectlRunsIn(deputy, "create", "--as", "mallory", "-f", "-")
 	if err == nil || !strings.Contains(out, "threat-root") || !strings.Contains(out, "mallory") {
 		t.Errorf("mallory's run naming a Secret she may not read: %v %s, want a refusal naming the Secret and the user", err, out)
 	}
-	if out, err := c.kubectl("get", "agentrun", "threat-deputy", "-o", "name"); err == nil {
+	if out, err := c.kubectlRuns("get", "agentrun", "threat-deputy", "-o", "name"); err == nil {
 		t.Errorf("the refused run exists anyway: %s", out)
 	}
 	// A run that exists (the examples'): its Secrets cannot be swapped, even by an admin.
-	out, err = c.kubectl("patch", "agentrun", "hello", "--type=merge", "-p", `{"spec":{"secrets":["threat-root"]}}`)
+	out, err = c.kubectlRuns("patch", "agentrun", "hello", "--type=merge", "-p", `{"spec":{"secrets":["threat-root"]}}`)
 	if err == nil || !strings.Contains(out, "cannot change once the run is created") {
 		t.Errorf("patching a run's spec.secrets: %v %s, want the CRD's refusal", err, out)
 	}
-	if out, err := c.kubectl("get", "agentrun", "hello", "-o", "jsonpath={.spec.secrets}"); err != nil || strings.Contains(out, "threat-root") {
+	if out, err := c.kubectlRuns("get", "agentrun", "hello", "-o", "jsonpath={.spec.secrets}"); err != nil || strings.Contains(out, "threat-root") {
 		t.Errorf("hello's spec.secrets after the refused patch: %v %q", err, out)
 	}
 }
@@ -353,7 +384,7 @@ spec:
 // and `kubectl logs` shows the example agent's output; each run had one Job.
 func (c *kcluster) checkExamples(t *testing.T, jobs *jobRecorder) {
 	c.deleteRuns(t)
-	if out, err := c.kubectl("apply", "-f", "examples/"); err != nil {
+	if out, err := c.kubectlRuns("apply", "-f", "examples/"); err != nil {
 		t.Fatalf("kubectl apply -f examples/: %v\n%s", err, out)
 	}
 	want := map[string]string{"hello": "Succeeded", "hello-workflow": "Succeeded", "fails-on-purpose": "Failed"}
@@ -369,12 +400,12 @@ func (c *kcluster) checkExamples(t *testing.T, jobs *jobRecorder) {
 	}
 	hello := c.mustGet(t, agentRunsGVR, "hello")
 	job := field(hello, "status", "jobRef", "name")
-	out, err := c.kubectl("logs", "job/"+job)
+	out, err := c.kubectlRuns("logs", "job/"+job)
 	if err != nil || !strings.Contains(out, "agent codex (provider codex-runner): run agents/hello starting") ||
 		!strings.Contains(out, "parameter ISSUE=42") || !strings.Contains(out, "exiting 0") {
 		t.Errorf("kubectl logs job/%s: %v\n%s", job, err, out)
 	}
-	pods, err := c.kube.CoreV1().Pods(clusterNS).List(context.Background(), metav1.ListOptions{LabelSelector: "agents.proompteng.ai/agent-run"})
+	pods, err := c.kube.CoreV1().Pods(c.runsNS).List(context.Background(), metav1.ListOptions{LabelSelector: "agents.proompteng.ai/agent-run"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,11 +438,11 @@ func (c *kcluster) mustGet(t *testing.T, gvr schema.GroupVersionResource, name s
 // deleteRuns removes every run and its Jobs (a phase starts clean) and waits until they are gone.
 func (c *kcluster) deleteRuns(t *testing.T) {
 	t.Helper()
-	if out, err := c.kubectl("delete", "orchestrationruns,agentruns,orchestrations,agents", "--all", "--wait=true", "--timeout=2m"); err != nil {
+	if out, err := c.kubectlRuns("delete", "orchestrationruns,agentruns,orchestrations,agents", "--all", "--wait=true", "--timeout=2m"); err != nil {
 		t.Fatalf("delete runs: %v\n%s", err, out)
 	}
 	eventually(t, 2*time.Minute, "every run's Job gone", func() error {
-		out, err := c.kubectl("get", "jobs", "-l", "agents.proompteng.ai/agent-run", "-o", "name")
+		out, err := c.kubectlRuns("get", "jobs", "-l", "agents.proompteng.ai/agent-run", "-o", "name")
 		if err != nil || strings.TrimSpace(out) != "" {
 			return errorf("%v %s", err, out)
 		}
@@ -437,29 +468,29 @@ spec: {agentRef: {name: codex}, runtime: {type: job}%s}
 	long := map[string]string{"agentplane.dev/simulate-duration": "600s"}
 	docs := []string{runDoc("cancel-me", long, ""), runDoc("job-deleted", long, ""),
 		runDoc("retain-5s", map[string]string{"agentplane.dev/simulate-duration": "2s"}, ", ttlSecondsAfterFinished: 5")}
-	if out, err := c.kubectlIn(strings.Join(docs, "---\n"), "apply", "-f", "-"); err != nil {
+	if out, err := c.kubectlRunsIn(strings.Join(docs, "---\n"), "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	c.waitPhase(t, agentRunsGVR, "cancel-me", "Running", 2*time.Minute)
 	c.waitPhase(t, agentRunsGVR, "job-deleted", "Running", 2*time.Minute)
 	// The container of a Running run really runs: the agent's "working" lines.
 	eventually(t, time.Minute, "cancel-me's agent working", func() error {
-		out, err := c.kubectl("logs", "-l", "agents.proompteng.ai/agent-run=cancel-me")
+		out, err := c.kubectlRuns("logs", "-l", "agents.proompteng.ai/agent-run=cancel-me")
 		if err != nil || !strings.Contains(out, "working: ") {
 			return errorf("%v %s", err, out)
 		}
 		return nil
 	})
-	if out, err := c.kubectl("delete", "jobs", "-l", "agents.proompteng.ai/agent-run=job-deleted", "--wait=false"); err != nil {
+	if out, err := c.kubectlRuns("delete", "jobs", "-l", "agents.proompteng.ai/agent-run=job-deleted", "--wait=false"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	cancelAt := time.Now()
-	if out, err := c.kubectl("patch", "agentrun", "cancel-me", "--type=merge", "-p", `{"spec":{"cancel":true}}`); err != nil {
+	if out, err := c.kubectlRuns("patch", "agentrun", "cancel-me", "--type=merge", "-p", `{"spec":{"cancel":true}}`); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	c.waitPhase(t, agentRunsGVR, "cancel-me", "Cancelled", 2*time.Minute)
 	eventually(t, time.Minute, "cancel-me's pod gone", func() error {
-		out, err := c.kubectl("get", "pods", "-l", "agents.proompteng.ai/agent-run=cancel-me", "-o", "name")
+		out, err := c.kubectlRuns("get", "pods", "-l", "agents.proompteng.ai/agent-run=cancel-me", "-o", "name")
 		if err != nil || strings.TrimSpace(out) != "" {
 			return errorf("%v %s", err, out)
 		}
@@ -480,7 +511,7 @@ spec: {agentRef: {name: codex}, runtime: {type: job}%s}
 	if r := field(u, "status", "reason"); r != "WorkflowJobMissing" {
 		t.Errorf("job-deleted ended with reason %q, want WorkflowJobMissing", r)
 	}
-	if out, _ := c.kubectl("get", "events", "--field-selector", "reason=WorkflowJobMissing,involvedObject.name=job-deleted", "-o", "name"); strings.TrimSpace(out) == "" {
+	if out, _ := c.kubectlRuns("get", "events", "--field-selector", "reason=WorkflowJobMissing,involvedObject.name=job-deleted", "-o", "name"); strings.TrimSpace(out) == "" {
 		t.Error("no WorkflowJobMissing event for job-deleted")
 	}
 }
@@ -496,17 +527,19 @@ func (c *kcluster) helmTest(t *testing.T, release string) {
 // cancel (<name>), and no RoleBinding a NOTES command creates.
 func (c *kcluster) prepareNotes(t *testing.T) {
 	t.Helper()
-	_, _ = c.kubectl("delete", "rolebinding", "status-viewer-me", "console-me", "--ignore-not-found")
+	for _, ns := range []string{clusterNS, c.runsNS} {
+		_, _ = c.kubectl("-n", ns, "delete", "rolebinding", "status-viewer-me", "console-me", "--ignore-not-found")
+	}
 	doc := `apiVersion: orchestration.proompteng.ai/v1alpha1
 kind: OrchestrationRun
 metadata: {name: notes-cancel, annotations: {agentplane.dev/simulate-duration: 600s}}
 spec: {orchestrationRef: {name: plan-and-implement}}
 `
-	if out, err := c.kubectl("apply", "-f", "examples/agent.yaml", "-f", "examples/orchestration.yaml"); err != nil {
+	if out, err := c.kubectlRuns("apply", "-f", "examples/agent.yaml", "-f", "examples/orchestration.yaml"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	_, _ = c.kubectl("delete", "orchestrationrun", "notes-cancel", "--ignore-not-found", "--wait=true")
-	if out, err := c.kubectlIn(doc, "apply", "-f", "-"); err != nil {
+	_, _ = c.kubectlRuns("delete", "orchestrationrun", "notes-cancel", "--ignore-not-found", "--wait=true")
+	if out, err := c.kubectlRunsIn(doc, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 }
@@ -519,6 +552,15 @@ func (c *kcluster) uninstall(t *testing.T, before map[string]bool, releases ...s
 	for _, r := range releases {
 		if out, err := c.helm("uninstall", r, "-n", clusterNS, "--wait", "--timeout", "3m"); err != nil {
 			t.Fatalf("helm uninstall %s: %v\n%s", r, err, out)
+		}
+	}
+	if c.runsNS != clusterNS {
+		// The runs' namespace outlives the release (helm.sh/resource-policy: keep); gone by hand.
+		if out, err := c.kubectl("get", "namespace", c.runsNS, "-o", "name"); err != nil {
+			t.Errorf("namespace %s went with the release: %v %s", c.runsNS, err, out)
+		}
+		if out, err := c.kubectl("delete", "namespace", c.runsNS, "--wait=true", "--timeout=2m"); err != nil {
+			t.Fatalf("delete namespace %s: %v %s", c.runsNS, err, out)
 		}
 	}
 	out, err := c.kubectl("get", "jobs", "-A", "-o", "json")
@@ -575,10 +617,10 @@ spec:
 // createBulk creates n runs of the bulk Agent labelled batch=prefix, lasting d; every tenth fails.
 func (c *kcluster) createBulk(t *testing.T, prefix string, n int, d string) {
 	t.Helper()
-	if out, err := c.kubectlIn(bulkAgent, "apply", "-f", "-"); err != nil {
+	if out, err := c.kubectlRunsIn(bulkAgent, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	api := c.dyn.Resource(agentRunsGVR).Namespace(clusterNS)
+	api := c.dyn.Resource(agentRunsGVR).Namespace(c.runsNS)
 	testenv.Parallel(t, n, 8, func(i int) error {
 		ann := map[string]any{"agentplane.dev/simulate-duration": d}
 		if i%10 == 0 {
@@ -598,7 +640,7 @@ func (c *kcluster) createBulk(t *testing.T, prefix string, n int, d string) {
 // recorded (jobRef and finishedAt).
 func (c *kcluster) checkBulk(t *testing.T, prefix string, n int, jobs *jobRecorder) {
 	t.Helper()
-	api := c.dyn.Resource(agentRunsGVR).Namespace(clusterNS)
+	api := c.dyn.Resource(agentRunsGVR).Namespace(c.runsNS)
 	var items []unstructured.Unstructured
 	eventually(t, 6*time.Minute, prefix+" runs all finished", func() error {
 		l, err := api.List(context.Background(), metav1.ListOptions{LabelSelector: "batch=" + prefix})
@@ -645,10 +687,22 @@ func (c *kcluster) checkUpgrade(t *testing.T, version string, jobs *jobRecorder)
 	prevVersion := c.pushPrevious(t)
 	before := c.clusterObjects(t)
 	c.helmInstall(t, "agentplane", "agentplane", prevVersion)
+	// Where the previous chart puts runs (its default may differ from this one's): the upgrade
+	// must keep serving them there.
+	actsIn := func() string {
+		out, err := c.kubectl("get", "deployment", "agentplane-run-controller", "-o",
+			`jsonpath={.spec.template.spec.containers[0].env[?(@.name=="JANGAR_AGENTS_CONTROLLER_NAMESPACES")].value}`)
+		if err != nil || strings.TrimSpace(out) == "" || strings.Contains(out, ",") {
+			t.Fatalf("the run-controller's namespaces: %v %q", err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	c.runsNS = actsIn()
+	defer func() { c.runsNS = clusterNS }()
 	const n = 100
 	c.createBulk(t, "upgrade", n, "40s")
 	eventually(t, 2*time.Minute, "the runs in flight", func() error {
-		out, err := c.kubectl("get", "agentruns", "-l", "batch=upgrade", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
+		out, err := c.kubectlRuns("get", "agentruns", "-l", "batch=upgrade", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
 		if err != nil || strings.Count(out, "Running") < n/2 {
 			return errorf("%v: %d running", err, strings.Count(out, "Running"))
 		}
@@ -660,6 +714,9 @@ func (c *kcluster) checkUpgrade(t *testing.T, version string, jobs *jobRecorder)
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
 	}
 	t.Logf("helm upgrade %s -> %s with %d runs in flight: %s", prevVersion, version, n, time.Since(start).Round(time.Second))
+	if now := actsIn(); now != c.runsNS {
+		t.Errorf("the upgrade moved the controllers from %s to %s, leaving the runs in flight behind", c.runsNS, now)
+	}
 	c.checkRelease(t, "agentplane", version, false)
 	c.checkBulk(t, "upgrade", n, jobs)
 

@@ -14,6 +14,47 @@ charts/<service>` would give it, with these values:
      auth.allowedCallers this release's controllers' ServiceAccounts.
 */}}
 
+{{/*
+runsNamespaces: the namespaces the services act on runs in, as a JSON list: controller.namespaces
+when given; else, on an upgrade, the ones this release's run-controller already acts in (its
+JANGAR_AGENTS_CONTROLLER_NAMESPACES), so runs in flight stay served; else runs.namespace, or
+<release namespace>-runs.
+*/}}
+{{- define "agentplane.runsNamespaces" -}}
+{{- $V := .Values }}
+{{- if ($V.controller | default dict).namespaces }}
+{{- $V.controller.namespaces | uniq | toJson }}
+{{- else }}
+{{- $current := "" }}
+{{- if .Release.IsUpgrade }}
+{{- range (lookup "apps/v1" "Deployment" .Release.Namespace "").items | default list }}
+{{- if and (eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" .) $.Release.Name) (eq (dig "metadata" "labels" "app.kubernetes.io/name" "" .) "run-controller") }}
+{{- range (index .spec.template.spec.containers 0).env | default list }}
+{{- if eq .name "JANGAR_AGENTS_CONTROLLER_NAMESPACES" }}{{ $current = .value | default "" }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $current }}
+{{- splitList "," $current | toJson }}
+{{- else }}
+{{- list (($V.runs | default dict).namespace | default (printf "%s-runs" .Release.Namespace)) | toJson }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+runsNamespace: the one namespace the chart creates for runs, or nothing (controller.namespaces
+given, an upgrade that keeps the release's namespaces, or runs.createNamespace false).
+*/}}
+{{- define "agentplane.runsNamespace" -}}
+{{- $ns := include "agentplane.runsNamespaces" . | fromJsonArray }}
+{{- $fresh := list ((.Values.runs | default dict).namespace | default (printf "%s-runs" .Release.Namespace)) }}
+{{- if and (.Values.runs | default dict).createNamespace (not (.Values.controller | default dict).namespaces) (eq (toJson $ns) (toJson $fresh)) (ne (first $ns) .Release.Namespace) }}
+{{- first $ns }}
+{{- end }}
+{{- end }}
+
 {{- define "agentplane.services" -}}
 status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway
 {{- end }}
@@ -73,6 +114,10 @@ contexts: (dict "root" $ "out" DICT) fills DICT with, for each enabled service, 
 {{- end }}
 {{- end }}
 {{- include "agentplane.merge" (list $vals $top) }}
+{{- /* where the runs are (runs.*), for every chart that acts on them */}}
+{{- if and (kindIs "map" $vals.controller) (hasKey $vals.controller "namespaces") }}
+{{- $_ := set $vals.controller "namespaces" (include "agentplane.runsNamespaces" $root | fromJsonArray) }}
+{{- end }}
 {{- /* 3. the environment */}}
 {{- $vars := deepCopy ($V.env.vars | default dict) }}
 {{- $side := ternary $V.controlPlane.env.vars $V.controllers.env.vars (eq $svc "watch-gateway") }}

@@ -9,7 +9,7 @@
 //     logFormat, otel, redis, env.vars, controllers.*, controlPlane.env.vars): the union of the
 //     same value's schema across the charts that have it (the umbrella applies each to those
 //     charts only);
-//   - crds.enabled and global.
+//   - crds.enabled, runs.* and global.
 //
 // `make generate` runs it; `make verify-gen` fails when the file is stale.
 //
@@ -141,6 +141,10 @@ func build(load func(svc string) (schema, error)) (schema, error) {
 	}}
 	props["crds"] = schema{"type": "object", "additionalProperties": false, "properties": schema{
 		"enabled": schema{"type": "boolean", "description": "install the agentplane-crds chart's CRDs with this release"},
+	}}
+	props["runs"] = schema{"type": "object", "additionalProperties": false, "properties": schema{
+		"namespace":       schema{"type": "string", "description": "where runs live when controller.namespaces is unset (default <release namespace>-runs; an upgrade keeps the namespaces the release runs in)"},
+		"createNamespace": schema{"type": "boolean", "description": "create runs.namespace (kept on uninstall, with its runs)"},
 	}}
 	crds, err := load("agentplane-crds")
 	if err != nil {
