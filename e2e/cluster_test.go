@@ -3,9 +3,14 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -51,6 +56,7 @@ func TestClusterInstall(t *testing.T) {
 		version = c.chartVersion(t)
 		c.checkRelease(t, "agentplane", version, true)
 		t.Run("runs live apart from the control plane's Secrets", c.checkRunsApart)
+		t.Run("the threat model's gateway refusals, over its default TLS", c.checkGatewayThreats)
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
 		t.Run("the threat model's admission refusals", c.checkThreats)
 		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
@@ -330,6 +336,137 @@ func (c *kcluster) checkRunsApart(t *testing.T) {
 	out, _ = c.kubectl("auth", "can-i", "get", "secrets", "-n", clusterNS, "--as", "system:serviceaccount:"+c.runsNS+":default")
 	if strings.TrimSpace(out) != "no" {
 		t.Errorf("a run's pod may read the control plane's Secrets: %q", out)
+	}
+}
+
+// checkGatewayThreats makes, from outside the cluster through a port-forward, the attacks of
+// docs/security.md on watch-gateway's HTTP that its defaults refuse: it serves TLS (plain HTTP is
+// refused; a client that does not trust the chart's CA cannot connect), a junk bearer string and
+// a token of the API server's own audience are refused (401), a token of the gateway's audience
+// whose user holds no grant is forbidden (403), another Host is misdirected (421); the same token
+// bound to the status-viewer Role streams the status.
+func (c *kcluster) checkGatewayThreats(t *testing.T) {
+	const svc, path = "agentplane-watch-gateway", "/api/agents/control-plane/status/stream"
+	ca, err := c.kubectl("get", "configmap", svc+"-ca", "-o", `jsonpath={.data.ca\.crt}`)
+	roots := x509.NewCertPool()
+	if err != nil || !roots.AppendCertsFromPEM([]byte(ca)) {
+		t.Fatalf("the gateway's CA (ConfigMap %s-ca): %v %q", svc, err, ca)
+	}
+	port := c.portForward(t, "svc/"+svc, 8080)
+	trusting := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	call := func(client *http.Client, url, host, token string) (int, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if host != "" {
+			req.Host = host
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return resp.StatusCode, string(b), nil
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				return resp.StatusCode, data, nil
+			}
+		}
+		return resp.StatusCode, "", sc.Err()
+	}
+	secure := "https://localhost:" + port + path
+
+	if code, body, err := call(&http.Client{Timeout: 15 * time.Second}, "http://127.0.0.1:"+port+path, "", ""); err == nil && (code != http.StatusBadRequest || !strings.Contains(body, "HTTPS")) {
+		t.Errorf("plain HTTP to the gateway: %d %q, want refused (TLS is the default)", code, body)
+	}
+	if _, _, err := call(&http.Client{Timeout: 15 * time.Second}, secure, "", ""); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a client that does not trust the chart's CA: %v, want a certificate error", err)
+	}
+
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := c.kubectl(args...)
+		if err != nil {
+			t.Fatalf("kubectl %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	must("create", "serviceaccount", "threat-eve")
+	t.Cleanup(func() {
+		_, _ = c.kubectl("delete", "serviceaccount/threat-eve", "rolebinding/threat-eve-status", "--ignore-not-found")
+	})
+	apiToken := must("create", "token", "threat-eve")
+	gwToken := must("create", "token", "threat-eve", "--audience", "agentplane-gateway")
+
+	for _, tc := range []struct {
+		name, token, host string
+		want              int
+	}{
+		{"a junk bearer string", "not-a-token", "", http.StatusUnauthorized},
+		{"a token of the API server's audience", apiToken, "", http.StatusUnauthorized},
+		{"a token of the gateway's audience without the grant", gwToken, "", http.StatusForbidden},
+		{"another Host (DNS rebinding)", gwToken, "gateway.attacker.example", http.StatusMisdirectedRequest},
+	} {
+		if code, body, err := call(trusting, secure, tc.host, tc.token); err != nil || code != tc.want {
+			t.Errorf("%s: %d %q (%v), want %d", tc.name, code, body, err, tc.want)
+		} else if strings.Contains(body, tc.token) {
+			t.Errorf("%s: the refusal repeats the token", tc.name)
+		}
+	}
+	must("create", "rolebinding", "threat-eve-status", "--role", svc+"-status-viewer", "--serviceaccount", clusterNS+":threat-eve")
+	eventually(t, 30*time.Second, "the bound token streams the status over TLS", func() error {
+		code, body, err := call(trusting, secure, "", gwToken)
+		if err != nil || code != http.StatusOK || !strings.Contains(body, `"component"`) {
+			return errorf("%d %q %v", code, body, err)
+		}
+		return nil
+	})
+}
+
+// portForward runs kubectl port-forward to target's remote port on a free local port until the
+// test ends and returns the local port.
+func (c *kcluster) portForward(t *testing.T, target string, remote int) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, c.lookPath("kubectl"), "-n", clusterNS, "port-forward", target, fmt.Sprintf(":%d", remote))
+	cmd.Env = c.environ()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	ports := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`).FindStringSubmatch(sc.Text()); m != nil {
+				ports <- m[1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case p := <-ports:
+		return p
+	case <-time.After(30 * time.Second):
+		t.Fatalf("kubectl port-forward %s: no local port within 30s: %s", target, stderr.String())
+		return ""
 	}
 }
 
