@@ -57,6 +57,7 @@ func TestClusterInstall(t *testing.T) {
 		c.checkRelease(t, "agentplane", version, true)
 		t.Run("runs live apart from the control plane's Secrets", c.checkRunsApart)
 		t.Run("the threat model's gateway refusals, over its default TLS", c.checkGatewayThreats)
+		t.Run("an upgrade keeps the gateway's generated certificate", c.checkCertificateKept)
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
 		t.Run("the threat model's admission refusals", c.checkThreats)
 		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
@@ -429,6 +430,27 @@ func (c *kcluster) checkGatewayThreats(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// checkCertificateKept: helm upgrade of the one-release chart (its watch-gateway templates
+// rendered through tpl) reads the generated certificate back instead of making a new one, so
+// clients that saved the CA keep trusting the gateway.
+func (c *kcluster) checkCertificateKept(t *testing.T) {
+	read := func() string {
+		out, err := c.kubectl("get", "secret", "agentplane-watch-gateway-tls", "-o", `jsonpath={.data.tls\.crt}/{.data.ca\.crt}`)
+		if err != nil || len(out) < 100 {
+			t.Fatalf("the gateway's certificate: %v %q", err, out)
+		}
+		return out
+	}
+	before := read()
+	if out, err := c.helm("upgrade", "agentplane", "oci://"+c.registry+"/charts/agentplane", "--version", c.chartVersion(t), "--plain-http",
+		"-n", clusterNS, "--reuse-values", "--wait", "--timeout", "5m"); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	if read() != before {
+		t.Error("helm upgrade made the gateway a new certificate: clients holding its CA are cut off")
+	}
 }
 
 // portForward runs kubectl port-forward to target's remote port on a free local port until the
