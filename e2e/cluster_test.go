@@ -529,6 +529,47 @@ spec:
 	if out, err := c.kubectlRuns("get", "agentrun", "threat-deputy", "-o", "name"); err == nil {
 		t.Errorf("the refused run exists anyway: %s", out)
 	}
+	// An Agent author may list only what they may use: mallory, allowed to create Agents, lists
+	// the Secret for the runs of everyone who uses her Agent.
+	must("create", "role", "threat-agents", "--verb=create,get", "--resource=agents.agents.proompteng.ai")
+	must("create", "rolebinding", "threat-mallory-agents", "--role=threat-agents", "--user=mallory")
+	t.Cleanup(func() {
+		_, _ = c.kubectlRuns("delete", "role/threat-agents", "rolebinding/threat-mallory-agents", "agent/threat-listing", "agent/threat-pinned", "agentrun/threat-unpinned", "--ignore-not-found")
+	})
+	listing := `apiVersion: agents.proompteng.ai/v1alpha1
+kind: Agent
+metadata: {name: threat-listing}
+spec:
+  providerRef: {name: codex-runner}
+  security: {allowedSecrets: [threat-root]}
+`
+	out, err = c.kubectlRunsIn(listing, "create", "--as", "mallory", "-f", "-")
+	if err == nil || !strings.Contains(out, "threat-root") || !strings.Contains(out, "mallory") {
+		t.Errorf("mallory's Agent listing a Secret she may not read: %v %s, want a refusal naming the Secret and the user", err, out)
+	}
+	// A run's image outside its Agent's pins, even an admin's.
+	pinned := `apiVersion: agents.proompteng.ai/v1alpha1
+kind: Agent
+metadata: {name: threat-pinned}
+spec:
+  providerRef: {name: codex-runner}
+  security: {allowedImages: ["registry.example.com/agents/*"]}
+`
+	if out, err := c.kubectlRunsIn(pinned, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	unpinned := `apiVersion: agents.proompteng.ai/v1alpha1
+kind: AgentRun
+metadata: {name: threat-unpinned}
+spec:
+  agentRef: {name: threat-pinned}
+  runtime: {type: job}
+  workload: {image: "evil.example.com/x:1"}
+`
+	out, err = c.kubectlRunsIn(unpinned, "create", "-f", "-")
+	if err == nil || !strings.Contains(out, "evil.example.com/x:1") || !strings.Contains(out, "registry.example.com/agents/*") {
+		t.Errorf("a run's image outside its Agent's pins: %v %s, want a refusal naming the image and the pattern", err, out)
+	}
 	// A run that exists (the examples'): its Secrets cannot be swapped, even by an admin.
 	out, err = c.kubectlRuns("patch", "agentrun", "hello", "--type=merge", "-p", `{"spec":{"secrets":["threat-root"]}}`)
 	if err == nil || !strings.Contains(out, "cannot change once the run is created") {
