@@ -137,7 +137,7 @@ func tlsOfPod(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod, caF
 	c, err := kc.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, cm, metav1.GetOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
-		return nil, withCode(ExitRejected, fmt.Errorf("pod %s/%s serves TLS; its CA is in %s, which your kubeconfig may not read (%v): bind the gateway's status-viewer Role (it grants get on it) or pass --tls-ca FILE", pod.Namespace, pod.Name, t.caFrom, err))
+		return nil, withCode(ExitRejected, fmt.Errorf("pod %s/%s serves TLS; its CA is in %s, which your kubeconfig may not read (%w): bind the gateway's status-viewer Role (it grants get on it) or pass --tls-ca FILE", pod.Namespace, pod.Name, t.caFrom, err))
 	case apierrors.IsNotFound(err):
 		return nil, withCode(ExitRejected, fmt.Errorf("pod %s/%s serves TLS; its CA should be in %s, which does not exist: pass --tls-ca FILE", pod.Namespace, pod.Name, t.caFrom))
 	case err != nil:
