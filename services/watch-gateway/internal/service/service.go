@@ -239,7 +239,9 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 		l, scheme = tls.NewListener(l, tlsCfg), "https"
 	}
 	rt.Go("sse server", func(ctx context.Context) error {
+		stopped := make(chan struct{})
 		go func() {
+			defer close(stopped)
 			<-ctx.Done()
 			gw.CloseStreams() // SSE watches taken over from the HTTP server
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -251,6 +253,9 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
+		// Serve returns as soon as Shutdown begins; the server is stopped once Shutdown (which
+		// waits up to 2 s for connections that have not sent a request yet) has returned.
+		<-stopped
 		return nil
 	})
 	if rdb != nil {
