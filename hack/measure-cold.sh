@@ -2,11 +2,12 @@
 # Measures a command on a fresh clone of HEAD with empty Go caches (module, build and toolchain
 # caches; the apt packages are what this machine has), as a fresh machine would run it:
 #   hack/measure-cold.sh up      # make up, then examples/agentrun.yaml to Succeeded, then make down
+#   hack/measure-cold.sh cluster-up   # make cluster-up (root, Docker), then make cluster-down
 #   hack/measure-cold.sh ci      # bash .ci/run
 # The output (with every step's time) goes to docs/measurements/<what>-cold-<date>-<commit>.txt.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-what=${1:?usage: hack/measure-cold.sh up|ci}
+what=${1:?usage: hack/measure-cold.sh up|cluster-up|ci}
 commit=$(git -C "$ROOT" rev-parse --short HEAD)
 work=$(mktemp -d /tmp/agentplane-cold-XXXX)
 out=$ROOT/docs/measurements/$what-cold-$(date +%Y%m%d)-$commit.txt
@@ -26,12 +27,18 @@ export GOMODCACHE=$work/gomod GOCACHE=$work/gocache GOPATH=$work/gopath
       "$kubectl" --kubeconfig .local/kubeconfig wait --for=jsonpath='{.status.phase}'=Succeeded agentrun/hello --timeout 2m
       AGENTPLANE_PORT_OFFSET=9000 make down
       ;;
+    cluster-up)
+      # As root with Docker; the default cluster's name, network and ports (not the e2e suite's).
+      make cluster-up
+      echo "make cluster-up cold: $((SECONDS - start)) s"
+      make cluster-down
+      ;;
     ci)
       bash .ci/run
       echo ".ci/run cold: $((SECONDS - start)) s"
       ;;
-    *) echo "usage: hack/measure-cold.sh up|ci" >&2; exit 2 ;;
+    *) echo "usage: hack/measure-cold.sh up|cluster-up|ci" >&2; exit 2 ;;
   esac
-} 2>&1 | tee "$out.full" | grep -E '^(#|>> |== |real|make up|\.ci/run|e2e: |ok |FAIL|--- FAIL)|condition met' >"$out" || true
+} 2>&1 | tee "$out.full" | grep -E '^(#|>> |== |real|make up|make cluster-up|\.ci/run|e2e: |ok |FAIL|--- FAIL)|condition met' >"$out" || true
 echo "summary in $out (full output in $out.full, not committed)"
 rm -rf "$work"
