@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,6 +95,7 @@ type Propagator struct {
 	jobRun    map[types.UID]string               // a cancelled run's Jobs (by UID) to the run's queue key
 	podsHit   map[types.UID]bool                 // pods this process asked to delete
 	jobsHit   map[types.UID]bool                 // Jobs this process deleted (its cache may not show it yet)
+	synced    atomic.Bool                        // the informers' caches have synced (Run)
 	argo      struct {
 		checked time.Time
 		served  bool
@@ -190,6 +192,9 @@ func unwrap(obj any) any {
 }
 
 // Run watches the runs, their Jobs and pods until ctx ends.
+// Synced reports whether Run's informers have synced their caches.
+func (p *Propagator) Synced() bool { return p.synced.Load() }
+
 func (p *Propagator) Run(ctx context.Context) error {
 	defer p.q.ShutDown()
 	var synced []cache.InformerSynced
@@ -228,6 +233,7 @@ func (p *Propagator) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}
+	p.synced.Store(true)
 	logging.FromContext(ctx).Info("caches synced; propagating cancels", "namespaces", p.cfg.Namespaces,
 		"enabled", p.cfg.Enabled, "timeout", p.cfg.Timeout)
 	var wg sync.WaitGroup
@@ -635,28 +641,41 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 // A Job this process already deleted is not deleted or counted again, however stale the cache's
 // copy (a second pass can run before the cache shows the deletion).
 func (p *Propagator) stopJob(ctx context.Context, run types.UID, j *batchv1.Job) error {
+	if j.DeletionTimestamp != nil {
+		return nil
+	}
+	// Remembered before the deletion, so that the informer's delete event, which may arrive
+	// before Delete returns, is what forgets it (no entry outlives its Job).
 	p.mu.Lock()
 	hit := p.jobsHit[j.UID]
+	p.jobsHit[j.UID] = true
 	p.mu.Unlock()
-	if j.DeletionTimestamp != nil || hit {
+	if hit {
 		return nil
+	}
+	failed := func(err error) error {
+		p.mu.Lock()
+		delete(p.jobsHit, j.UID)
+		p.mu.Unlock()
+		return err
 	}
 	jobs := p.d.Kube.BatchV1().Jobs(j.Namespace)
 	if j.Spec.Suspend == nil || !*j.Spec.Suspend {
 		_, err := jobs.Patch(ctx, j.Name, types.MergePatchType, []byte(`{"spec":{"suspend":true}}`), metav1.PatchOptions{FieldManager: "agentplane-cancel-propagator"})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
-			return fmt.Errorf("suspend Job %s/%s: %w", j.Namespace, j.Name, err)
+			return failed(fmt.Errorf("suspend Job %s/%s: %w", j.Namespace, j.Name, err))
 		}
 	}
 	err := jobs.Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
 		Preconditions: &metav1.Preconditions{UID: ptr.To(j.UID)}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
+		return failed(fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err))
 	}
-	p.mu.Lock()
-	p.jobsHit[j.UID] = true
-	p.mu.Unlock()
-	p.record(run, "Job", 1)
+	// Counted only when this call deleted it: a stale copy of a Job already gone (its deletion
+	// observed and forgotten) is NotFound here, not stopped twice.
+	if err == nil {
+		p.record(run, "Job", 1)
+	}
 	return nil
 }
 
@@ -682,7 +701,9 @@ func (p *Propagator) stopPods(ctx context.Context, ns string, run, uid types.UID
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return running, fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		p.record(run, "Pod", 1)
+		if err == nil { // likewise: a pod already gone was not stopped by this call
+			p.record(run, "Pod", 1)
+		}
 	}
 	return running, nil
 }

@@ -446,8 +446,9 @@ func TestTwoReplicasCancelOnce(t *testing.T) {
 	}
 }
 
-// A second pass over a run can still see a Job it deleted in the cache (the deletion not yet
-// observed): the Job is neither deleted again nor counted twice in "stopped N Job(s)".
+// A second pass over a run can still see a Job it deleted in the cache: before the deletion is
+// observed (the process remembers it) and after (it has forgotten it, and the Job is gone). The
+// Job is neither deleted again nor counted twice in "stopped N Job(s)".
 func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
 	f := newFixture(t)
 	f.apply(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"stale"},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`)
@@ -457,11 +458,34 @@ func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
 	}
 	j := f.job("stale-job", ar)
 	f.start(Config{Enabled: true, Timeout: time.Minute})
-	for range 2 { // the same copy twice, as a stale cache would hand it over
+	for deadline := time.Now().Add(30 * time.Second); !f.p.Synced(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the propagator's caches never synced")
+		}
+	}
+	stop := func() { // the same copy each time, as a stale cache would hand it over
+		t.Helper()
 		if err := f.p.stopJob(context.Background(), ar.UID, j.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
+	stop()
+	stop()
+	// The deletion observed: the process forgets the Job, which the stale copy still shows.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f.p.mu.Lock()
+		remembered := f.p.jobsHit[j.UID]
+		f.p.mu.Unlock()
+		if !remembered {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Job's deletion was never observed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
 	if got := f.p.stoppedSummary(ar.UID); got != "1 Job(s)" {
 		t.Fatalf("stopped %q, want 1 Job(s)", got)
 	}
