@@ -653,28 +653,31 @@ func (p *Propagator) stopJob(ctx context.Context, run types.UID, j *batchv1.Job)
 	if hit {
 		return nil
 	}
-	failed := func(err error) error {
+	forget := func() {
 		p.mu.Lock()
 		delete(p.jobsHit, j.UID)
 		p.mu.Unlock()
-		return err
 	}
 	jobs := p.d.Kube.BatchV1().Jobs(j.Namespace)
 	if j.Spec.Suspend == nil || !*j.Spec.Suspend {
 		_, err := jobs.Patch(ctx, j.Name, types.MergePatchType, []byte(`{"spec":{"suspend":true}}`), metav1.PatchOptions{FieldManager: "agentplane-cancel-propagator"})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
-			return failed(fmt.Errorf("suspend Job %s/%s: %w", j.Namespace, j.Name, err))
+			forget()
+			return fmt.Errorf("suspend Job %s/%s: %w", j.Namespace, j.Name, err)
 		}
 	}
 	err := jobs.Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
 		Preconditions: &metav1.Preconditions{UID: ptr.To(j.UID)}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return failed(fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err))
-	}
-	// Counted only when this call deleted it: a stale copy of a Job already gone (its deletion
-	// observed and forgotten) is NotFound here, not stopped twice.
-	if err == nil {
+	switch {
+	case err == nil:
 		p.record(run, "Job", 1)
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Already gone (a stale copy of a Job whose deletion was observed and forgotten), or
+		// another Job of that name: nothing this call stopped, counted or needs to remember.
+		forget()
+	default:
+		forget()
+		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
 	return nil
 }
