@@ -316,8 +316,8 @@ func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 	series := regexp.MustCompile(`\b(agentplane|grpc_server)_[a-z_]+`)
 	for _, sc := range serviceCharts {
 		t.Run(sc.name, func(t *testing.T) {
-			if n := len(kind(objects(t, h, sc.name), "ConfigMap")); n != 0 {
-				t.Fatalf("%d ConfigMaps by default, want none", n)
+			if n := len(dashboardConfigMaps(objects(t, h, sc.name))); n != 0 {
+				t.Fatalf("%d dashboard ConfigMaps by default, want none", n)
 			}
 			dash := dashboard(t, h, sc.name)
 			if len(dash.Panels) < 5 {
@@ -365,8 +365,8 @@ type grafanaDashboard struct {
 // dashboard renders chart's Grafana dashboard ConfigMap (release namespace agents) and parses it.
 func dashboard(t *testing.T, h *helmEnv, chart string) grafanaDashboard {
 	t.Helper()
-	cms := kind(objects(t, h, chart, "-n", "agents", "--set", "metrics.grafanaDashboard.enabled=true"), "ConfigMap")
-	if len(cms) != 1 || at(cms[0], "metadata", "labels", "grafana_dashboard") != "1" {
+	cms := dashboardConfigMaps(objects(t, h, chart, "-n", "agents", "--set", "metrics.grafanaDashboard.enabled=true"))
+	if len(cms) != 1 {
 		t.Fatalf("want one ConfigMap labelled grafana_dashboard=1: %v", cms)
 	}
 	data := at(cms[0], "data").(map[string]any)
@@ -426,4 +426,16 @@ func testPod(objs []map[string]any) map[string]any {
 		}
 	}
 	return nil
+}
+
+// dashboardConfigMaps are the ConfigMaps among objs that Grafana's sidecar loads (labelled
+// grafana_dashboard); watch-gateway's chart also renders one with its CA.
+func dashboardConfigMaps(objs []map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, cm := range kind(objs, "ConfigMap") {
+		if at(cm, "metadata", "labels", "grafana_dashboard") != nil {
+			out = append(out, cm)
+		}
+	}
+	return out
 }
