@@ -548,9 +548,11 @@ spec:
 	b.do("open console-long-2", chromedp.Evaluate[chromedp.Void](`location.hash = "#/run/AgentRun/console-long-2"`))
 	b.await("console-long-2 Running with its details", `document.getElementById("run-phase").textContent === "Running" &&
 		document.querySelectorAll("#run-conditions tbody tr td").length > 1`, 2*minute)
-	if !evalJS[bool](b, `document.getElementById("cancel").hidden && window.agentplaneConsole.state.detail.can_cancel === false`) {
-		t.Fatal("the reader is offered Cancel")
-	}
+	// The page's state is awaited, not read once: it reloads a run's details while the runs stream
+	// moves (state.detail is null meanwhile; CI read it in that window). A reader offered Cancel
+	// never satisfies this.
+	b.await("the reader offered no Cancel", `document.getElementById("cancel").hidden &&
+		window.agentplaneConsole.state.detail !== null && window.agentplaneConsole.state.detail.can_cancel === false`, minute)
 	b.shot("run-reader")
 	forged := evalJS[string](b, `(async () => {
 		const url = "/console/api/runs/AgentRun/console-long-2/cancel";

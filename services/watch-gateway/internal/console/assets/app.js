@@ -568,7 +568,11 @@
     const m = /^#\/run\/([^/]+)\/(.+)$/.exec(h);
     if (m) {
       const key = decodeURIComponent(m[1]) + "/" + decodeURIComponent(m[2]);
-      if (state.runKey !== key) { state.detail = null; $("run-graph-box").hidden = true; setText($("cancel-state"), ""); }
+      if (state.runKey !== key) {
+        // Another run: nothing of the previous one's details stays on the page while its own load.
+        state.detail = null; $("run-graph-box").hidden = true; setText($("cancel-state"), "");
+        for (const id of ["run-conditions", "run-jobs", "run-events"]) { const body = $(id).querySelector("tbody"); if (body) body.replaceChildren(); }
+      }
       state.runKey = key;
       show("run");
       renderRunHeader();
