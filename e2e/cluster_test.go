@@ -601,7 +601,7 @@ func (c *kcluster) checkExamples(t *testing.T, jobs *jobRecorder) {
 	hello := c.mustGet(t, agentRunsGVR, "hello")
 	job := field(hello, "status", "jobRef", "name")
 	out, err := c.kubectlRuns("logs", "job/"+job)
-	if err != nil || !strings.Contains(out, "agent codex (provider codex-runner): run agents/hello starting") ||
+	if err != nil || !strings.Contains(out, "agent codex (provider codex-runner): run "+c.runsNS+"/hello starting") ||
 		!strings.Contains(out, "parameter ISSUE=42") || !strings.Contains(out, "exiting 0") {
 		t.Errorf("kubectl logs job/%s: %v\n%s", job, err, out)
 	}
