@@ -83,8 +83,11 @@ func binPath(t *testing.T, name string) string {
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
-func httpGet(url string) (string, error) {
-	resp, err := http.Get(url)
+func httpGet(url string) (string, error) { return httpGetWith(http.DefaultClient, url) }
+
+// httpGetWith fetches url with client; a status other than 200 is an error with the body.
+func httpGetWith(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
 	if err != nil {
 		return "", err
 	}

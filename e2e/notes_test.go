@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -178,14 +177,5 @@ func httpsGet(url, caFile string) (string, error) {
 		return "", fmt.Errorf("%s holds no certificate", caFile)
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
-	resp, err := client.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(b), err
+	return httpGetWith(client, url)
 }
