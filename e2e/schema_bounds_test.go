@@ -117,6 +117,7 @@ func schemaBoundaries(t *testing.T, root, chart string) []boundary {
 // a value its binary then refuses.
 func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 	h := newHelmEnv(t)
+	pki := testenv.NewPKI(t, "bounds")
 	for _, chart := range services {
 		bin := binPath(t, chart)
 		for _, b := range schemaBoundaries(t, root, chart) {
@@ -185,14 +186,22 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 							v = "from-a-secret"
 						}
 					}
-					// Files the pod would have mounted (a projected token): created under a temporary folder.
-					for _, prefix := range []string{"/var/run/secrets/", "/etc/agentplane/"} {
+					// Files the pod would have mounted (a projected token; watch-gateway's certificate,
+					// on by default): created under a temporary folder, a certificate as a real one.
+					for _, prefix := range []string{"/var/run/secrets/", "/etc/agentplane/", "/etc/watch-gateway/tls/"} {
 						if strings.HasPrefix(v, prefix) {
 							p := filepath.Join(files, v)
 							if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 								t.Fatal(err)
 							}
-							if err := os.WriteFile(p, []byte("not-a-real-token"), 0o600); err != nil {
+							content := []byte("not-a-real-token")
+							switch {
+							case strings.HasSuffix(v, "/tls.crt"):
+								content = mustRead(t, pki.CertFile)
+							case strings.HasSuffix(v, "/tls.key"):
+								content = mustRead(t, pki.KeyFile)
+							}
+							if err := os.WriteFile(p, content, 0o600); err != nil {
 								t.Fatal(err)
 							}
 							v = p
@@ -276,4 +285,13 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
