@@ -62,8 +62,9 @@ type CollectorOptions struct {
 	Self string
 	// Dial, when set, gives the address to reach a service found through its Deployment instead
 	// of its cluster DNS name (agentctl on a laptop: a port-forward to one of its pods), how to
-	// dial it (TLS, for a pod that serves it) and a release for when the connection ends. An error leaves the service's health to its
-	// Deployment's readiness, and Dial is tried again later.
+	// dial it (TLS, for a pod that serves it) and a release for when the connection ends. An
+	// error leaves the service's health to its Deployment's readiness, and Dial is tried again
+	// later.
 	Dial func(ctx context.Context, service string) (addr string, opts grpcx.ClientOptions, release func(), err error)
 }
 
