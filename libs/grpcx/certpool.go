@@ -13,9 +13,15 @@ func CertPool(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
+	pool, ok := CertPoolPEM(pem)
+	if !ok {
 		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// CertPoolPEM is CertPool for certificates already read; ok is false when pem holds none.
+func CertPoolPEM(pem []byte) (pool *x509.CertPool, ok bool) {
+	pool = x509.NewCertPool()
+	return pool, pool.AppendCertsFromPEM(pem)
 }

@@ -88,8 +88,8 @@ func (t *podTLS) pool() (*x509.CertPool, error) {
 	if len(t.ca) == 0 {
 		return nil, nil
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(t.ca) {
+	pool, ok := grpcx.CertPoolPEM(t.ca)
+	if !ok {
 		return nil, withCode(ExitRejected, fmt.Errorf("%s holds no PEM certificate: pass --tls-ca FILE", t.caFrom))
 	}
 	return pool, nil
