@@ -14,7 +14,15 @@ out=$ROOT/docs/measurements/$what-cold-$(date +%Y%m%d)-$commit.txt
 mkdir -p "$(dirname "$out")"
 git clone -q "$ROOT" "$work/repo"
 cd "$work/repo"
-export GOMODCACHE=$work/gomod GOCACHE=$work/gocache GOPATH=$work/gopath
+# On a bare machine (this user's Go module and build caches empty, no bin/ in the checkout) the
+# measurement uses those caches and leaves its bin/ in the checkout: still cold, and the machine is
+# warm afterwards. Otherwise it uses empty caches of its own and removes them.
+keep=
+if [ -z "$(ls -A "$(GOTOOLCHAIN=local go env GOMODCACHE)" 2>/dev/null)" ] && [ -z "$(ls -A "$(GOTOOLCHAIN=local go env GOCACHE)" 2>/dev/null | grep -v README)" ] && [ ! -e "$ROOT/bin" ]; then
+  keep=1
+else
+  export GOMODCACHE=$work/gomod GOCACHE=$work/gocache GOPATH=$work/gopath
+fi
 {
   echo "# hack/measure-cold.sh $what on a fresh clone of $commit, empty Go caches, $(date -u +%FT%TZ), $(nproc) cores"
   start=$SECONDS
@@ -41,4 +49,6 @@ export GOMODCACHE=$work/gomod GOCACHE=$work/gocache GOPATH=$work/gopath
   esac
 } 2>&1 | tee "$out.full" | grep -E '^(#|>> |== |real|make up|make cluster-up|\.ci/run|e2e: |ok |FAIL|--- FAIL)|condition met' >"$out" || true
 echo "summary in $out (full output in $out.full, not committed)"
+if [ -n "$keep" ] && [ -d "$work/repo/bin" ]; then mv "$work/repo/bin" "$ROOT/bin"; fi
+chmod -R u+w "$work" 2>/dev/null || true
 rm -rf "$work"
