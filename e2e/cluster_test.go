@@ -78,7 +78,11 @@ func TestClusterInstall(t *testing.T) {
 		before := c.clusterObjects(t)
 		releases := []string{"agentplane-crds", "status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
 		for _, r := range releases {
-			c.helmInstall(t, r, r, version)
+			var extra []string
+			if r == "watch-gateway" { // the aggregated API on the real node: its NOTES' commands below use it
+				extra = []string{"--set", "apiService.enabled=true"}
+			}
+			c.helmInstall(t, r, r, version, extra...)
 		}
 		for _, r := range releases[1:] {
 			c.checkRelease(t, r, version, false)

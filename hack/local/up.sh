@@ -96,6 +96,22 @@ for a in "$APISERVER_ADVERTISE" "$APISERVER_HOST"; do
   case ",$sans," in *",IP:$a,"*) ;; *) sans="$sans,IP:$a" ;; esac
 done
 issue apiserver "/CN=kube-apiserver" "subjectAltName=$sans"
+# The front-proxy trust: a CA of its own (not the cluster CA, whose client certificates are users)
+# signing the client certificate kube-apiserver presents to aggregated API servers, which believe
+# the user it names in X-Remote-User only on that certificate.
+if [ ! -f "$PKI_DIR/front-proxy-ca.crt" ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=agentplane-local-front-proxy-ca" \
+    -keyout "$PKI_DIR/front-proxy-ca.key" -out "$PKI_DIR/front-proxy-ca.crt" 2>/dev/null
+  chmod 600 "$PKI_DIR/front-proxy-ca.key"
+fi
+if [ ! -f "$PKI_DIR/front-proxy-client.crt" ]; then
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=front-proxy-client" -keyout "$PKI_DIR/front-proxy-client.key" \
+    -out "$PKI_DIR/front-proxy-client.csr" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' >"$PKI_DIR/front-proxy-client.ext"
+  openssl x509 -req -in "$PKI_DIR/front-proxy-client.csr" -CA "$PKI_DIR/front-proxy-ca.crt" -CAkey "$PKI_DIR/front-proxy-ca.key" \
+    -CAcreateserial -days 3650 -extfile "$PKI_DIR/front-proxy-client.ext" -out "$PKI_DIR/front-proxy-client.crt" 2>/dev/null
+  chmod 600 "$PKI_DIR/front-proxy-client.key"
+fi
 # kube-apiserver's client certificate for the kubelets' servers (logs, exec, port-forward).
 issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
 cat >"$KUBECONFIG_FILE" <<EOF
@@ -157,6 +173,10 @@ start kube-apiserver "$APISERVER_PORT" "$KUBE_DIR/kube-apiserver" \
   --kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
   --token-auth-file "$PKI_DIR/tokens.csv" --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,OwnerReferencesPermissionEnforcement \
   --enable-aggregator-routing=true \
+  --requestheader-client-ca-file "$PKI_DIR/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI_DIR/front-proxy-client.crt" --proxy-client-key-file "$PKI_DIR/front-proxy-client.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \

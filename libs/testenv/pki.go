@@ -49,6 +49,17 @@ func NewPKI(t testing.TB, name string) *PKI {
 	return p
 }
 
+// ServerFiles writes a server certificate for dnsNames, signed by the CA, and its key, and returns
+// their paths (the aggregated API's: NAME.NAMESPACE.svc, which the API server dials).
+func (p *PKI) ServerFiles(dnsNames ...string) (certFile, keyFile string) {
+	p.t.Helper()
+	k := p.newKey()
+	_, der := p.issue(&x509.Certificate{Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, k, false)
+	base := "server-" + big.NewInt(p.serial).String()
+	return p.write(base+".crt", "CERTIFICATE", der), p.writeKey(base+".key", k)
+}
+
 // Client returns a client certificate with common name cn, signed by the CA.
 func (p *PKI) Client(cn string) tls.Certificate {
 	p.t.Helper()

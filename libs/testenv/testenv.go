@@ -58,6 +58,10 @@ type Kube struct {
 	Kubeconfig string
 	// Kubectl is the path of the pinned kubectl.
 	Kubectl string
+	// FrontProxy is how the API server identifies itself to aggregated API servers, which it
+	// serves as a cluster does (--requestheader-*, --proxy-client-*, and
+	// --enable-aggregator-routing: it dials a Service's endpoints, not its cluster IP).
+	FrontProxy *FrontProxy
 
 	env *envtest.Environment
 	dir string
@@ -85,21 +89,35 @@ func StartKube() (*Kube, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "agentplane-crds", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
-	// As strict as the strictest clusters agentplane supports (OpenShift enables it): setting
-	// blockOwnerDeletion on an object needs the right to update its owner's finalizers.
-	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", bin, err)
+	k := &Kube{Kubectl: filepath.Join(bin, "kubectl"), env: env}
+	if k.dir, err = os.MkdirTemp("", "agentplane-testenv-"); err != nil {
+		return nil, err
 	}
-	k := &Kube{Config: cfg, Kubectl: filepath.Join(bin, "kubectl"), env: env}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = k.Stop()
 		}
 	}()
-	if k.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+	if k.FrontProxy, err = newFrontProxy(k.dir); err != nil {
+		return nil, fmt.Errorf("front-proxy certificates: %w", err)
+	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	// As strict as the strictest clusters agentplane supports (OpenShift enables it): setting
+	// blockOwnerDeletion on an object needs the right to update its owner's finalizers.
+	args.Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+	args.Set("requestheader-client-ca-file", k.FrontProxy.CAFile)
+	args.Set("requestheader-allowed-names", FrontProxyClientName)
+	args.Set("requestheader-username-headers", "X-Remote-User")
+	args.Set("requestheader-group-headers", "X-Remote-Group")
+	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
+	args.Set("proxy-client-cert-file", k.FrontProxy.CertFile)
+	args.Set("proxy-client-key-file", k.FrontProxy.KeyFile)
+	args.Set("enable-aggregator-routing", "true")
+	if k.Config, err = env.Start(); err != nil {
+		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", bin, err)
+	}
+	if k.Client, err = kubernetes.NewForConfig(k.Config); err != nil {
 		return nil, err
 	}
 	user, err := env.AddUser(envtest.User{Name: "agentplane-admin", Groups: []string{"system:masters"}}, nil)
@@ -108,9 +126,6 @@ func StartKube() (*Kube, error) {
 	}
 	kc, err := user.KubeConfig()
 	if err != nil {
-		return nil, err
-	}
-	if k.dir, err = os.MkdirTemp("", "agentplane-testenv-"); err != nil {
 		return nil, err
 	}
 	k.Kubeconfig = filepath.Join(k.dir, "kubeconfig")
@@ -145,7 +160,10 @@ func StartKube() (*Kube, error) {
 
 // Stop stops kube-apiserver and etcd and removes their data.
 func (k *Kube) Stop() error {
-	err := k.env.Stop()
+	var err error
+	if k.Config != nil {
+		err = k.env.Stop()
+	}
 	if k.dir != "" {
 		_ = os.RemoveAll(k.dir)
 	}

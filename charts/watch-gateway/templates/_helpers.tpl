@@ -52,6 +52,10 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.auth.mode | quote }}
 - name: JANGAR_WATCH_AUTH_AUDIENCES
   value: {{ join "," .Values.auth.audiences | quote }}
+{{- if include "watch-gateway.apiService" . }}
+- name: JANGAR_APISERVICE_ADDR
+  value: {{ printf "0.0.0.0:%d" ((.Values.apiService | default dict).port | default 8443 | int) | quote }}
+{{- end }}
 {{- if include "watch-gateway.tlsSecretName" . }}
 - name: JANGAR_WATCH_TLS_CERT_FILE
   value: /etc/watch-gateway/tls/tls.crt
@@ -95,13 +99,50 @@ stream reports on, is always the release namespace.
 {{- end }}
 
 {{- define "watch-gateway.lsarRule" -}}
-{{- if or (eq .Values.auth.mode "token") (and .Values.console.enabled .Values.console.cancel (eq .Values.auth.mode "mtls")) }}
-# auth.mode=token: ask whether a caller may read controlplane/status (and, for the console, the
-# runs) in this namespace; mtls with the console's Cancel: whether the certificate's user may patch.
+{{- if or (eq .Values.auth.mode "token") (and .Values.console.enabled .Values.console.cancel (eq .Values.auth.mode "mtls")) (include "watch-gateway.apiService" .) }}
+# auth.mode=token or apiService.enabled: ask whether a caller may read controlplane/status (and,
+# for the console and the runs stream, the runs) in this namespace; mtls with the console's
+# Cancel: whether the certificate's user may patch.
 - apiGroups: ["authorization.k8s.io"]
   resources: ["localsubjectaccessreviews"]
   verbs: ["create"]
 {{- end }}
+{{- end }}
+
+{{/* "true" when the aggregated API is served (apiService.enabled; read with dig for --reuse-values
+from a chart without it). */}}
+{{- define "watch-gateway.apiService" -}}
+{{- if (.Values.apiService | default dict).enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The APIService of the aggregated API (dict: root, caBundle base64 PEM or "", annotations): which
+Service port the API server dials, and the CA it verifies the gateway's certificate with.
+*/}}
+{{- define "watch-gateway.apiServiceObject" -}}
+{{- $root := .root -}}
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1alpha1.gateway.agents.proompteng.ai
+  labels:
+    {{- include "watch-gateway.labels" $root | nindent 4 }}
+  {{- with .annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  group: gateway.agents.proompteng.ai
+  version: v1alpha1
+  groupPriorityMinimum: 1000
+  versionPriority: 15
+  {{- with .caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+  service:
+    namespace: {{ $root.Release.Namespace }}
+    name: {{ include "watch-gateway.fullname" $root }}
+    port: {{ ($root.Values.apiService | default dict).port | default 8443 | int }}
 {{- end }}
 
 {{- define "watch-gateway.healthRules" -}}

@@ -27,6 +27,12 @@ type grpcAccess struct {
 	pod *podTLS
 }
 
+// presents reports whether a credential for the gateway itself was given (a token or a client
+// certificate): then agentctl talks to the gateway, not to its aggregated API.
+func (a grpcAccess) presents() bool {
+	return a.token != "" || a.tokenFile != "" || a.certFile != ""
+}
+
 func (a grpcAccess) tlsEnabled() bool {
 	return a.pod != nil || a.caFile != "" || a.certFile != "" || a.keyFile != "" || a.serverName != ""
 }

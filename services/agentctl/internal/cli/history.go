@@ -45,8 +45,9 @@ func newStatusHistoryCommand(g *globalOptions) *cobra.Command {
 		Long: `Shows when each control-plane component changed status over a recent window, oldest first:
 the timeline watch-gateway keeps in Redis (every replica records into the same one, and it survives
 their restarts; how long it is kept is the gateway's JANGAR_WATCH_HISTORY_RETENTION, 24h by
-default). It is read from watch-gateway over gRPC, found as agentctl status --transport grpc finds
-it. A gateway without Redis keeps no history (exit 5).
+default). It is read from watch-gateway, found as agentctl status --transport grpc finds it:
+through the API server when it serves the gateway's aggregated API, else over gRPC. A gateway
+without Redis keeps no history (exit 5).
 
 ` + exitCodesHelp,
 		Example: `  agentctl status history --since 2h
@@ -98,11 +99,21 @@ func runHistory(cmd *cobra.Command, g *globalOptions, o *historyOptions) error {
 		return err
 	}
 	defer src.close()
+	ctx := cmd.Context()
+	if as, ok := src.(*apiSource); ok {
+		out, err := as.history(ctx, o.since, o.limit)
+		if err != nil {
+			if perm, ok := permanent(err, "the API server"); ok {
+				return perm
+			}
+			return withCode(ExitUnavailable, fmt.Errorf("read the status history: %w", err))
+		}
+		return printHistory(cmd.OutOrStdout(), o.output, out)
+	}
 	gs, ok := src.(*grpcSource)
 	if !ok {
 		return fmt.Errorf("the status history is read from watch-gateway only")
 	}
-	ctx := cmd.Context()
 	resp, err := gs.client.GetControlPlaneStatusHistory(ctx, &jangarv1.GetControlPlaneStatusHistoryRequest{
 		Namespace: gs.namespace, Since: durationpb.New(o.since), Limit: int32(o.limit), //nolint:gosec // G115: bounded to 10000 above
 	})

@@ -41,7 +41,7 @@ func addStatusFlags(cmd *cobra.Command, o *statusOptions, defaultOutput string) 
 	f.BoolVar(&o.fallbackPoll, "fallback-poll", false, "poll the one-shot status whenever streaming is unavailable, instead of retrying or exiting")
 	f.StringVar(&o.since, "since", "", "resume from a cursor (an SSE Last-Event-ID or gRPC cursor)")
 	f.DurationVar(&o.timeout, "timeout", 0, "overall watch duration (default: none)")
-	f.StringVar(&o.transport, "transport", "", "kube (default) or grpc (default when --gateway or AGENTCTL_SERVER is set; without them the gateway is found through the kubeconfig)")
+	f.StringVar(&o.transport, "transport", "", "kube (default), grpc (default when --gateway or AGENTCTL_SERVER is set; without them the gateway is found through the kubeconfig) or api (the gateway's aggregated API only)")
 	f.StringVar(&o.server, "gateway", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address for --transport grpc (env AGENTCTL_SERVER)")
 	f.StringVar(&o.gatewayService, "gateway-service", defaultGatewayService, "the watch-gateway Service in -n that --transport grpc port-forwards to when no --gateway is given")
 	f.StringVar(&o.server, "server", os.Getenv("AGENTCTL_SERVER"), "watch-gateway gRPC address")
@@ -59,7 +59,7 @@ func addStatusFlags(cmd *cobra.Command, o *statusOptions, defaultOutput string) 
 	f.StringVar(&o.access.keyFile, "tls-key", os.Getenv("AGENTCTL_TLS_KEY"), "client key for mTLS to watch-gateway (env AGENTCTL_TLS_KEY)")
 	f.StringVar(&o.access.serverName, "gateway-tls-server-name", "", "name to verify watch-gateway's certificate against (default: the --gateway host)")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "ndjson", "yaml"))
-	_ = cmd.RegisterFlagCompletionFunc("transport", fixedCompletion("kube", "grpc"))
+	_ = cmd.RegisterFlagCompletionFunc("transport", fixedCompletion("kube", "grpc", "api"))
 }
 
 // fixedCompletion completes a flag's value from a fixed list.
@@ -72,10 +72,15 @@ func fixedCompletion(values ...string) cobra.CompletionFunc {
 const statusLong = `Shows the health of every control-plane component: the namespace, the Kubernetes API,
 the agentplane CRDs, each runtime, Redis, and each agentplane service.
 
-Two transports give the same model (seed 004):
+Three transports give the same model (seed 004):
   kube (default)  computed in agentctl from the Kubernetes API with your kubeconfig's rights
-  grpc            read from watch-gateway: at --gateway host:port (or AGENTCTL_SERVER), or,
-                  without it, the Service --gateway-service (watch-gateway) in -n, reached
+  api             read from watch-gateway through the Kubernetes API server, which serves it
+                  as an aggregated API (the chart's apiService.enabled): the API server
+                  authenticates you with whatever your kubeconfig uses (certificates, tokens,
+                  exec and OIDC plugins) and vouches for you to the gateway
+  grpc            read from watch-gateway: at --gateway host:port (or AGENTCTL_SERVER); else,
+                  with no gateway credential given, as api when the API server serves it; else
+                  the Service --gateway-service (watch-gateway) in -n, reached
                   by a port-forward through the API server, as kubectl port-forward does,
                   over TLS verified with the CA the chart publishes (the pod's
                   agentplane.dev/tls-ca-configmap) when the pod serves TLS;
@@ -172,9 +177,9 @@ func (o *statusOptions) validate() error {
 		if o.server != "" {
 			o.transport = "grpc"
 		}
-	case "kube", "grpc":
+	case "kube", "grpc", "api":
 	default:
-		return fmt.Errorf("--transport %q must be kube or grpc", o.transport)
+		return fmt.Errorf("--transport %q must be kube, grpc or api", o.transport)
 	}
 	return nil
 }
@@ -265,6 +270,24 @@ func openSource(cmd *cobra.Command, g *globalOptions, o *statusOptions) (source,
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("kubeconfig: %w", err))
+	}
+	if o.transport == "api" || (o.transport == "grpc" && !o.gatewayAccess(os.Getenv("AGENTCTL_TOKEN")).presents()) {
+		served, err := servesGatewayAPI(kc.Discovery())
+		switch {
+		case served:
+			note.debugf("transport=api (the API server's aggregated %s/%s) namespace=%s", gatewayAPIGroup, gatewayAPIVersion, ns)
+			return &apiSource{rc: kc.CoreV1().RESTClient(), namespace: ns}, nil
+		case o.transport == "api" && err != nil:
+			if perm, ok := permanent(err, "the API server"); ok {
+				return nil, perm
+			}
+			return nil, withCode(ExitUnavailable, fmt.Errorf("discover %s/%s: %w", gatewayAPIGroup, gatewayAPIVersion, err))
+		case o.transport == "api":
+			return nil, withCode(ExitUnavailable, fmt.Errorf("the API server serves no %s/%s: install watch-gateway with apiService.enabled=true, "+
+				"or use --transport grpc (a port-forward to the gateway, with a token for its audience)", gatewayAPIGroup, gatewayAPIVersion))
+		case err != nil:
+			note.debugf("discovery of %s/%s failed (%v): port-forwarding instead", gatewayAPIGroup, gatewayAPIVersion, err)
+		}
 	}
 	if o.transport == "grpc" { // no --gateway: find it through the kubeconfig, as kubectl port-forward would
 		addr, podTLS, stop, err := forwardToGateway(cmd.Context(), cfg, kc, ns, o.gatewayService, o.access.caFile != "")

@@ -21,6 +21,7 @@ type (
 	Reviewer        = lib.Reviewer
 	ReviewerOptions = lib.ReviewerOptions
 	TLSFiles        = lib.TLSFiles
+	FrontProxy      = lib.FrontProxy
 )
 
 const (
@@ -56,6 +57,8 @@ var (
 	KindOf      = lib.KindOf
 	BearerToken = lib.BearerToken
 	TokenExpiry = lib.TokenExpiry
+	// NewFrontProxy reads the API server's front-proxy trust, for the aggregated API.
+	NewFrontProxy = lib.NewFrontProxy
 )
 
 // ParseMode reads JANGAR_WATCH_AUTH_MODE.

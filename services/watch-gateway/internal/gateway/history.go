@@ -66,6 +66,11 @@ func parseHistoryParams(since string, limit int) (time.Duration, int, error) {
 
 // HistoryHandler serves GET HistoryPath?since=2h&limit=1000 to whoever may get the status.
 func (g *Gateway) HistoryHandler() http.Handler {
+	return g.historyFor(func() Authorizer { return g.auth })
+}
+
+// historyFor serves the history to whoever auth (asked at each request) allows to get the status.
+func (g *Gateway) historyFor(auth func() Authorizer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if ns := q.Get("namespace"); ns != "" && ns != g.namespace {
@@ -86,7 +91,7 @@ func (g *Gateway) HistoryHandler() http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if _, err := g.authorizeHTTPVerb(r.Context(), w, g.auth, g.credential(r), access.VerbGet); err != nil {
+		if _, err := g.authorizeHTTPVerb(r.Context(), w, auth(), g.credential(r), access.VerbGet); err != nil {
 			return
 		}
 		if g.history == nil {

@@ -77,6 +77,9 @@ type Credential struct {
 	// token's own expiry): an open stream ends then.
 	Session string
 	Expires time.Time
+	// User is set instead of a token for a request the Kubernetes API server authenticated and
+	// proxied (the aggregated API): only its authorization is checked, again at each re-check.
+	User *authnv1.UserInfo
 }
 
 // feed is one SSE stream: its hub and who may read it (nil: anyone).
@@ -111,8 +114,12 @@ func (g *Gateway) RunsHandler() http.Handler {
 	})
 }
 
-// credential is what r presents: its bearer token, else its console session's user.
+// credential is what r presents: the user the API server vouched for (the aggregated API), else
+// its bearer token, else its console session's user.
 func (g *Gateway) credential(r *http.Request) Credential {
+	if u, ok := r.Context().Value(userKey{}).(authnv1.UserInfo); ok {
+		return Credential{User: &u}
+	}
 	if token, ok := access.BearerToken(r.Header.Get("Authorization")); ok {
 		return Credential{Token: token, Expires: access.TokenExpiry(token)}
 	}
@@ -137,6 +144,9 @@ func (g *Gateway) allowed(ctx context.Context, auth Authorizer, cred Credential,
 		if _, err := g.sessions.Decode(cred.Session); err != nil {
 			return "", &access.Error{Kind: access.Unauthenticated, Msg: err.Error()}
 		}
+	}
+	if cred.User != nil {
+		return cred.User.Username, auth.CheckUser(ctx, *cred.User, verb)
 	}
 	return auth.Check(ctx, cred.Token, verb)
 }

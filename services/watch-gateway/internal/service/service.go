@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
@@ -68,6 +69,9 @@ type Config struct {
 	// The status history in Redis (package history).
 	HistoryRetention  time.Duration
 	HistoryMaxEntries int
+	// APIServiceAddr, when set, serves the aggregated API (gateway.APIGroup) there, over the
+	// gateway's TLS, to the Kubernetes API server only (its front-proxy client certificate).
+	APIServiceAddr string
 }
 
 // LoadConfig reads JANGAR_HTTP_ADDR and JANGAR_WATCH_*.
@@ -98,6 +102,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		RunsBatch:         env.Duration("JANGAR_WATCH_RUNS_BATCH", 100*time.Millisecond),
 		HistoryRetention:  env.Duration("JANGAR_WATCH_HISTORY_RETENTION", 24*time.Hour),
 		HistoryMaxEntries: env.Int("JANGAR_WATCH_HISTORY_MAX_ENTRIES", 50000),
+		APIServiceAddr:    env.String("JANGAR_APISERVICE_ADDR", ""),
 	}
 	mode, err := access.ParseMode(env.String("JANGAR_WATCH_AUTH_MODE", "none"))
 	if err != nil {
@@ -145,6 +150,10 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 	}
 	if c.HistoryMaxEntries < 100 || c.HistoryMaxEntries > 10_000_000 {
 		return c, fmt.Errorf("JANGAR_WATCH_HISTORY_MAX_ENTRIES %d must be between 100 and 10000000", c.HistoryMaxEntries)
+	}
+	if c.APIServiceAddr != "" && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
+		return c, errors.New("JANGAR_APISERVICE_ADDR serves the aggregated API over TLS: set JANGAR_WATCH_TLS_CERT_FILE and JANGAR_WATCH_TLS_KEY_FILE " +
+			"(a certificate for the Service's name, NAME.NAMESPACE.svc, signed by the APIService's caBundle), or unset it")
 	}
 	if err := access.ListenCheck(c.AuthMode, "JANGAR_HTTP_ADDR", c.HTTPAddr); err != nil {
 		return c, err
@@ -220,8 +229,9 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 		rt.Go("status history", func(ctx context.Context) error { return store.Follow(ctx, hub) })
 	}
 	mux.Handle("GET "+gateway.HistoryPath, otelhttp.NewHandler(gw.HistoryHandler(), "GET "+gateway.HistoryPath))
+	var runsAuth gateway.Authorizer // who may watch the runs: nil without the console
 	if c.Console {
-		if err := setupConsole(rt, c, clients, gw, mux, statusReviewer, reviewOpts, tlsCfg != nil); err != nil {
+		if runsAuth, err = setupConsole(rt, c, clients, gw, mux, statusReviewer, reviewOpts, tlsCfg != nil); err != nil {
 			return err
 		}
 	}
@@ -238,12 +248,32 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	if tlsCfg != nil {
 		l, scheme = tls.NewListener(l, tlsCfg), "https"
 	}
-	rt.Go("sse server", func(ctx context.Context) error {
+	rt.Go("sse server", serve(srv, l, gw.CloseStreams)) // SSE watches taken over from the HTTP server
+	if c.APIServiceAddr != "" {
+		statusAuth := gateway.Authorizer(statusReviewer)
+		if statusReviewer == nil { // the API server authenticates; the gateway still authorizes
+			statusAuth = access.NewReviewer(kc, c.Namespace, reviewOpts)
+		}
+		if err := serveAggregated(ctx, rt, c, kc, &gateway.Aggregated{Gateway: gw, Status: statusAuth, Runs: runsAuth, RunsNamespace: c.RunsNamespace}); err != nil {
+			return err
+		}
+	}
+	if rdb != nil {
+		rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
+	}
+	rt.Logger.Info("status stream", "sse", scheme+"://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace, "runsNamespace", c.RunsNamespace, "auth", string(c.AuthMode))
+	return nil
+}
+
+// serve runs srv on l until ctx ends, then stops it: first with closeFirst, then Shutdown, which
+// waits up to 2 s for connections to go idle before the rest are closed.
+func serve(srv *http.Server, l net.Listener, closeFirst func()) func(context.Context) error {
+	return func(ctx context.Context) error {
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)
 			<-ctx.Done()
-			gw.CloseStreams() // SSE watches taken over from the HTTP server
+			closeFirst()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
 			if srv.Shutdown(sctx) != nil {
@@ -253,21 +283,44 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
-		// Serve returns as soon as Shutdown begins; the server is stopped once Shutdown (which
-		// waits up to 2 s for connections that have not sent a request yet) has returned.
+		// Serve returns as soon as Shutdown begins; the server is stopped once Shutdown has
+		// returned.
 		<-stopped
 		return nil
-	})
-	if rdb != nil {
-		rt.Go("redis client", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
 	}
-	rt.Logger.Info("status stream", "sse", scheme+"://"+l.Addr().String()+gateway.StreamPath, "namespace", c.Namespace, "runsNamespace", c.RunsNamespace, "auth", string(c.AuthMode))
+}
+
+// serveAggregated serves the aggregated API on c.APIServiceAddr to the API server, whose
+// front-proxy trust it reads from kube-system (and keeps current).
+func serveAggregated(ctx context.Context, rt *app.Runtime, c Config, kc kubernetes.Interface, agg *gateway.Aggregated) error {
+	cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
+	if err != nil {
+		return fmt.Errorf("JANGAR_APISERVICE_ADDR: load the TLS certificate %s and key %s: %w", c.TLS.CertFile, c.TLS.KeyFile, err)
+	}
+	proxy, err := access.NewFrontProxy(ctx, kc)
+	if err != nil {
+		return fmt.Errorf("JANGAR_APISERVICE_ADDR: %w", err)
+	}
+	agg.Users = proxy
+	rt.Go("front-proxy trust", func(ctx context.Context) error {
+		return proxy.Run(ctx, time.Minute, func(err error) { rt.Logger.Warn("front-proxy trust not refreshed; the last one stays", "err", err) })
+	})
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", c.APIServiceAddr)
+	if err != nil {
+		return fmt.Errorf("listen for the aggregated API on %s: %w (set JANGAR_APISERVICE_ADDR to a free address)", c.APIServiceAddr, err)
+	}
+	base := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	srv := &http.Server{Handler: otelhttp.NewHandler(agg.Handler(), "aggregated API"), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	rt.Go("aggregated API server", serve(srv, tls.NewListener(l, proxy.TLSConfig(base)), func() {}))
+	rt.Logger.Info("aggregated API", "addr", "https://"+l.Addr().String()+"/apis/"+gateway.APIGroup+"/"+gateway.APIVersion)
 	return nil
 }
 
-// setupConsole serves the runs stream and the web console.
+// setupConsole serves the runs stream and the web console; it returns who may watch the runs.
 func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.Gateway, mux *http.ServeMux,
-	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions, overTLS bool) error {
+	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions, overTLS bool) (gateway.Authorizer, error) {
 	keys := session.Random(c.SessionTTL)
 	if c.SessionKeyFile != "" {
 		var err error
@@ -279,32 +332,33 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 			rt.Logger.Info("console session key rotated: sessions signed with the old key have ended")
 		})
 		if err != nil {
-			return fmt.Errorf("JANGAR_CONSOLE_SESSION_KEY_FILE: %w", err)
+			return nil, fmt.Errorf("JANGAR_CONSOLE_SESSION_KEY_FILE: %w", err)
 		}
 	} else if c.AuthMode == access.Token {
 		rt.Logger.Warn("console sessions are signed with a key drawn at start: they end with this process and other replicas refuse them; set JANGAR_CONSOLE_SESSION_KEY_FILE")
 	}
 	agents, err := kube.RESTClientFor(clients.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	orch, err := kube.RESTClientFor(clients.Config, orchv1alpha1.GroupVersion)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	runsHub := health.NewHub(c.Window, 256)
 	src, err := runs.New(agents, orch, c.RunsNamespace, runsHub, c.RunsBatch)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rt.Go("runs stream", src.Run)
 	kinds := map[string]gateway.Authorizer{
 		runs.KindAgentRun:         access.NewResourceReviewer(clients.Kube, c.RunsNamespace, agentsv1alpha1.GroupVersion.Group, "agentruns", reviewOpts),
 		runs.KindOrchestrationRun: access.NewResourceReviewer(clients.Kube, c.RunsNamespace, orchv1alpha1.GroupVersion.Group, "orchestrationruns", reviewOpts),
 	}
+	watchRuns := gateway.AllOf{kinds[runs.KindAgentRun], kinds[runs.KindOrchestrationRun]}
 	var runsAuth gateway.Authorizer
 	if c.AuthMode == access.Token {
-		runsAuth = gateway.AllOf{kinds[runs.KindAgentRun], kinds[runs.KindOrchestrationRun]}
+		runsAuth = watchRuns
 	}
 	gw.ServeRuns(runsHub, runsAuth)
 	// The cookie names the namespace (two gateways on one host keep their sessions apart) and,
@@ -330,7 +384,7 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 	mux.Handle("/", otelhttp.NewHandler(h, "console", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + consoleRoute(r.URL.Path)
 	})))
-	return nil
+	return watchRuns, nil
 }
 
 // consoleRoute names a console request's span without the run's name.
