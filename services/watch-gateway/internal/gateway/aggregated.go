@@ -143,6 +143,14 @@ func asStream(r *http.Request) *http.Request {
 	sq.Del("resourceVersion")
 	sq.Del("watch")
 	out.URL.RawQuery = sq.Encode()
+	// The per-address bound counts the address the API server saw the user at (the last
+	// X-Forwarded-For entry, which the API server appends), never the API server's own: every
+	// aggregated stream comes from it.
+	out.RemoteAddr = ""
+	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		entries := strings.Split(xff[len(xff)-1], ",")
+		out.RemoteAddr = strings.TrimSpace(entries[len(entries)-1])
+	}
 	return out
 }
 

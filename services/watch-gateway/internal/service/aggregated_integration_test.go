@@ -141,6 +141,14 @@ func TestTheAPIServerServesTheGatewayToTheUsersItAuthenticated(t *testing.T) {
 			t.Fatalf("another namespace: %v, want NotFound naming the gateway's namespace", err)
 		}
 	})
+	t.Run("the runs stream needs the right to watch the runs", func(t *testing.T) {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		err := viewer.CoreV1().RESTClient().Get().AbsPath(aggBase+"runs").Param("watch", "true").Do(rctx).Error()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "agentruns") {
+			t.Fatalf("runs as a status viewer: %v, want Forbidden naming agentruns (the gateway's check)", err)
+		}
+	})
 	t.Run("the API server refuses a user without the aggregated resource", func(t *testing.T) {
 		if _, err := get(nobody, "controlplanestatus"); !apierrors.IsForbidden(err) {
 			t.Fatalf("err = %v, want Forbidden", err)
