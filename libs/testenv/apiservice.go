@@ -36,11 +36,15 @@ func HostIP() (string, error) {
 // endpoints controller would for a pod there (the test API server runs none): an aggregated API
 // served by a test process is then dialled by the API server (--enable-aggregator-routing).
 func (k *Kube) EndpointSlice(ctx context.Context, namespace, service, portName, ip string, port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("port %d is not a TCP port", port)
+	}
+	port32 := int32(port) //nolint:gosec // G115: checked above
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: service + "-test", Namespace: namespace, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port32), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	if _, err := k.Client.DiscoveryV1().EndpointSlices(namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {

@@ -224,11 +224,11 @@ func (s *statusWriter) finish() {
 		return
 	}
 	st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
-		Message: strings.TrimSpace(s.body.String()), Reason: reasons[s.code], Code: int32(s.code)}
+		Message: strings.TrimSpace(s.body.String()), Reason: reasons[s.code], Code: int32(s.code)} //nolint:gosec // G115: an HTTP status code
 	if st.Reason == "" {
 		st.Reason = metav1.StatusReasonInternalError
 	}
-	h := s.ResponseWriter.Header()
+	h := s.Header()
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")
 	s.ResponseWriter.WriteHeader(s.code)
