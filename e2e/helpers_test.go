@@ -66,15 +66,21 @@ func run(ctx context.Context, t testing.TB, env []string, name string, args ...s
 // eventually polls cond until it returns nil or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
+	if err := poll(timeout, cond); err != nil {
+		t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+	}
+}
+
+// poll calls cond until it returns nil or timeout passes, and returns its last error.
+func poll(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = cond(); last == nil {
-			return
+	for {
+		err := cond()
+		if err == nil || !time.Now().Before(deadline) {
+			return err
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Fatalf("%s: not true after %s: %v", what, timeout, last)
 }
 
 func binPath(t *testing.T, name string) string {

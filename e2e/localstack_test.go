@@ -663,6 +663,53 @@ spec:
 		})
 	})
 
+	// The node controller marks a node's Pods NotReady when the node's lease runs out (kube-apiserver
+	// away for longer than --node-monitor-grace-period), and a restarted kwok, as TestWholeSystem's
+	// kube-apiserver-restart fault has, plays only the stage a Pod matches now: a Running Pod that
+	// is NotReady must still end, or its run never does.
+	t.Run("a Job's Pod marked NotReady still ends after kwok restarts", func(t *testing.T) {
+		manifest := `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"not-ready"},"spec":{"backoffLimit":0,"template":{"metadata":{"annotations":{"agentplane.dev/simulate-duration":"20s"}},"spec":{"restartPolicy":"Never","containers":[{"name":"main","image":"busybox:1.36"}]}}}}`
+		if out, err := kubectlStdin(ctx, t, kubectlBin, kubeconfig, manifest); err != nil {
+			t.Fatalf("apply: %v %s", err, out)
+		}
+		var pod string
+		eventually(t, time.Minute, "the Job's Pod is Running", func() error {
+			out, err := kubectl("get", "pods", "-l", "job-name=not-ready", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}`)
+			if f := strings.Fields(out); err != nil || len(f) != 2 || f[1] != "Running" {
+				return errorf("%q %v", out, err)
+			}
+			pod = strings.Fields(out)[0]
+			return nil
+		})
+		// What the node controller writes (MarkPodsNotReady), then kwok goes away and comes back.
+		if out, err := kubectl("patch", "pod", pod, "--subresource", "status", "--type", "strategic",
+			"-p", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"NodeNotReady"}]}}`); err != nil {
+			t.Fatalf("mark %s NotReady: %v %s", pod, err, out)
+		}
+		pid := readPids(t, filepath.Join(dir, "run"))["kwok"]
+		if pid == 0 {
+			t.Fatal("no kwok pid file")
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		eventually(t, 30*time.Second, "kwok stopped", func() error {
+			if testenv.ProcessRunning(pid) {
+				return errorf("pid %d alive", pid)
+			}
+			return nil
+		})
+		if out, err := makeLocal("up", dir); err != nil {
+			t.Fatalf("make up (restart kwok): %v\n%s", err, out)
+		}
+		// The new kwok waits for the old one's node lease (40 s) before it plays stages.
+		eventually(t, 2*time.Minute, "the NotReady Pod ends Succeeded", func() error {
+			out, err := kubectl("get", "pod", pod, "-o", `jsonpath={.status.phase} {.status.conditions[?(@.type=="Ready")].status}`)
+			if err != nil || !strings.HasPrefix(out, "Succeeded ") {
+				return errorf("%q %v", out, err)
+			}
+			return nil
+		})
+	})
+
 	t.Run("make up again is harmless", func(t *testing.T) {
 		out, err := makeLocal("up", dir)
 		if err != nil || !strings.Contains(out, "etcd already running") {

@@ -592,9 +592,33 @@ func (s *system) reconnect(sc *sysContainer) {
 // restartAPIServer stops kube-apiserver (SIGTERM to its process group, as a rolling restart
 // would; SIGKILL if it is still shutting down 15 s later, as `make down` does) and starts it again
 // with `make up`, which starts only what is not running.
+//
+// Then it restarts kwok, the fake node's kubelet, the same way. kwok v0.8.0 retries a failed
+// stage only on connection refused, timeouts, 429 and 503 (shouldRetry in its
+// pkg/kwok/controllers/utils.go); any other error (a connection reset when the server goes away,
+// a 403 "not yet ready to handle request" while it starts) drops the stage, and the Pod then
+// stays as it is until something else changes it. A kubelet reports a Pod's status again on its
+// next sync; a restarted kwok lists every Pod and plays the stage each one is due, which is that
+// resync. Without it, a Pod whose completion was dropped stays Running and its run never ends,
+// which says nothing about agentplane.
 func (s *system) restartAPIServer() {
 	s.t.Helper()
-	pidFile := filepath.Join(s.dir, "local", "run", "kube-apiserver.pid")
+	s.stopLocal("kube-apiserver")
+	time.Sleep(5 * time.Second) // the outage the services have to ride out
+	if out, err := s.make("up"); err != nil {
+		s.t.Fatalf("make up (restart kube-apiserver): %v\n%s", err, out)
+	}
+	s.stopLocal("kwok")
+	if out, err := s.make("up"); err != nil {
+		s.t.Fatalf("make up (restart kwok): %v\n%s", err, out)
+	}
+}
+
+// stopLocal stops one of `make up`'s processes: SIGTERM to its process group, SIGKILL if it is
+// still running 15 s later.
+func (s *system) stopLocal(name string) {
+	s.t.Helper()
+	pidFile := filepath.Join(s.dir, "local", "run", name+".pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		s.t.Fatal(err)
@@ -605,7 +629,7 @@ func (s *system) restartAPIServer() {
 		return err == nil && !bytes.Contains(st, []byte(") Z "))
 	}
 	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
-		s.t.Fatalf("stop kube-apiserver: %v", err)
+		s.t.Fatalf("stop %s: %v", name, err)
 	}
 	for deadline := time.Now().Add(15 * time.Second); alive() && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond)
@@ -613,14 +637,10 @@ func (s *system) restartAPIServer() {
 	if alive() {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
-	eventually(s.t, 30*time.Second, "kube-apiserver stopped", func() error {
+	eventually(s.t, 30*time.Second, name+" stopped", func() error {
 		if alive() {
 			return errorf("pid %d alive", pid)
 		}
 		return nil
 	})
-	time.Sleep(5 * time.Second) // the outage the services have to ride out
-	if out, err := s.make("up"); err != nil {
-		s.t.Fatalf("make up (restart kube-apiserver): %v\n%s", err, out)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -898,7 +899,8 @@ func (s *system) checkRound(t *testing.T, jobs *jobRecorder, agentRuns, orchRuns
 		}
 	}
 	got := map[string]*unstructured.Unstructured{}
-	eventually(t, 6*time.Minute, fmt.Sprintf("%d runs finished", len(want)), func() error {
+	var unfinished []string
+	finished := func() error {
 		for _, gvr := range []schema.GroupVersionResource{agentRunsGVR, orchestrationRunsGVR} {
 			list, err := s.dyn.Resource(gvr).Namespace(sysNamespace).List(s.ctx, metav1.ListOptions{})
 			if err != nil {
@@ -914,24 +916,22 @@ func (s *system) checkRound(t *testing.T, jobs *jobRecorder, agentRuns, orchRuns
 				}
 			}
 		}
-		pending := 0
+		unfinished = unfinished[:0]
 		for k := range want {
-			u := got[k]
-			if u == nil {
-				pending++
-				continue
-			}
-			switch field(u, "status", "phase") {
+			switch field(got[k], "status", "phase") {
 			case "Succeeded", "Failed", "Cancelled":
 			default:
-				pending++
+				unfinished = append(unfinished, k)
 			}
 		}
-		if pending > 0 {
-			return errorf("%d of %d still running", pending, len(want))
+		if len(unfinished) > 0 {
+			return errorf("%d of %d still running", len(unfinished), len(want))
 		}
 		return nil
-	})
+	}
+	if err := poll(6*time.Minute, finished); err != nil {
+		t.Fatalf("%d runs finished: not true after 6m0s: %v; the first of them: %s", len(want), err, s.explainUnfinished(got, unfinished))
+	}
 	count := map[string]int{}
 	for k, phase := range want {
 		u := got[k]
@@ -984,4 +984,39 @@ func (s *system) checkRound(t *testing.T, jobs *jobRecorder, agentRuns, orchRuns
 	}
 	sort.Strings(ps)
 	return strings.Join(ps, ", "), badTimes, twoJobs, worstEvents
+}
+
+// explainUnfinished says, on one line, where each of the first unfinished runs stands: its
+// phase and reason, its Job, and that Job's Pods (phase, Ready) as the API server has them, so a
+// failed round names the part that stopped (agentplane, the Job controller, or the fake node).
+func (s *system) explainUnfinished(got map[string]*unstructured.Unstructured, keys []string) string {
+	sort.Strings(keys)
+	if len(keys) > 8 {
+		keys = keys[:8]
+	}
+	pods, err := s.kube.CoreV1().Pods(sysNamespace).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Sprintf("%v (Pods: %v)", keys, err)
+	}
+	byJob := map[string][]string{}
+	for _, p := range pods.Items {
+		ready := "-"
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				ready = string(c.Status) + "/" + c.Reason
+			}
+		}
+		byJob[p.Labels["job-name"]] = append(byJob[p.Labels["job-name"]], fmt.Sprintf("%s %s Ready=%s", p.Name, p.Status.Phase, ready))
+	}
+	var out []string
+	for _, k := range keys {
+		u := got[k]
+		if u == nil {
+			out = append(out, k+" (not listed)")
+			continue
+		}
+		job := field(u, "status", "jobRef", "name")
+		out = append(out, fmt.Sprintf("%s %s/%s job=%q pods=%v", k, field(u, "status", "phase"), field(u, "status", "reason"), job, byJob[job]))
+	}
+	return strings.Join(out, "; ")
 }

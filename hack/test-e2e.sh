@@ -22,18 +22,27 @@ if [ -n "${E2E_RUN:-}" ] || [ -n "${AGENTPLANE_E2E_SERIAL:-}" ]; then
 fi
 
 log=${E2E_SYSTEM_LOG:-/dev/null}
+out=$(dirname "$bin")
 cluster_tests='^(TestClusterInstall|TestTiltfileOnTheRealNode)$'
-( "$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.run '^TestWholeSystem$' 2>&1 | tee "$log" | sed -u 's/^/[system] /'
+( "$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.run '^TestWholeSystem$' 2>&1 | tee "$log" "$out/system.log" | sed -u 's/^/[system] /'
   exit "${PIPESTATUS[0]}" ) &
 system=$!
-( "$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.run "$cluster_tests" 2>&1 | sed -u 's/^/[cluster] /'
+( "$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.run "$cluster_tests" 2>&1 | tee "$out/cluster.log" | sed -u 's/^/[cluster] /'
   exit "${PIPESTATUS[0]}" ) &
 cluster=$!
-"$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.skip "^TestWholeSystem\$|$cluster_tests"
-rest=$?
+"$bin" -test.count=1 -test.v -test.timeout "$timeout" -test.skip "^TestWholeSystem\$|$cluster_tests" 2>&1 | tee "$out/rest.log"
+rest=${PIPESTATUS[0]}
 wait "$system"
 sys=$?
 wait "$cluster"
 clu=$?
 echo "e2e: TestWholeSystem exit $sys, the real-node cluster's tests exit $clu, the other tests exit $rest"
+# The three outputs interleave and a CI log keeps only its tail: repeat what each failed
+# process's tests said (their t.Error/t.Fatal/t.Log lines, the last 25) where the tail shows it.
+for p in "system:$sys" "cluster:$clu" "rest:$rest"; do
+  name=${p%%:*} code=${p#*:}
+  [ "$code" -eq 0 ] && continue
+  echo "e2e: what the $name tests said last (the full output is above):"
+  grep -E '^ +[A-Za-z0-9_]+_test\.go:[0-9]+: ' "$out/$name.log" | tail -n 25 | cut -c1-2000
+done
 [ "$sys" -eq 0 ] && [ "$clu" -eq 0 ] && [ "$rest" -eq 0 ]
