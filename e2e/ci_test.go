@@ -1,0 +1,94 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestCIRefusesVariablesThatNarrowASuite: every variable the e2e suite, hack/test-e2e.sh,
+// hack/bench.sh or the fuzz target reads to skip, narrow or shorten what runs is refused by
+// .ci/run, by name and before it installs anything, and so is GOFLAGS picking tests; a variable
+// that does not narrow anything (GOFLAGS=-mod=mod) is let through.
+func TestCIRefusesVariablesThatNarrowASuite(t *testing.T) {
+	root := repoRoot(t)
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// What the suites read: the e2e tests' AGENTPLANE_E2E_* settings, the scripts' defaulted
+	// variables, and the fuzz budget.
+	vars := map[string]bool{"FUZZTIME": true}
+	files, _ := filepath.Glob(filepath.Join(root, "e2e", "*_test.go"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`Getenv\("(AGENTPLANE_E2E_[A-Z_]+)"\)`).FindAllStringSubmatch(string(b), -1) {
+			vars[m[1]] = true
+		}
+	}
+	for _, script := range []string{"hack/test-e2e.sh", "hack/bench.sh"} {
+		for _, m := range regexp.MustCompile(`\$\{([A-Z][A-Z0-9_]*):[-+]`).FindAllStringSubmatch(read(script), -1) {
+			vars[m[1]] = true
+		}
+	}
+	if len(vars) < 8 {
+		t.Fatalf("found only %v: the scan is broken", vars)
+	}
+	ci := read(".ci/run")
+	list := regexp.MustCompile(`(?s)for v in (.*?); do`).FindStringSubmatch(ci)
+	if list == nil {
+		t.Fatal(".ci/run has no refusal list (for v in ...; do)")
+	}
+	listed := map[string]bool{}
+	for _, v := range strings.Fields(strings.ReplaceAll(list[1], "\\", " ")) {
+		listed[v] = true
+	}
+	// .ci/run with exactly the given variables set among those it checks (this test itself may
+	// run under E2E_RUN).
+	ciRun := func(set ...string) (string, error) {
+		var env []string
+		for _, kv := range os.Environ() {
+			name, _, _ := strings.Cut(kv, "=")
+			if !listed[name] && name != "GOFLAGS" {
+				env = append(env, kv)
+			}
+		}
+		cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(root, ".ci", "run"))
+		cmd.Env = append(env, set...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for v := range vars {
+		if !listed[v] {
+			t.Errorf("%s narrows a suite but .ci/run does not refuse it", v)
+			continue
+		}
+		out, err := ciRun(v + "=1")
+		if err == nil || !strings.Contains(out, "unset "+v) {
+			t.Errorf("%s=1 bash .ci/run: %v, want exit 2 naming it:\n%s", v, err, out)
+		}
+	}
+	for _, flags := range []string{"-run=TestX", "-mod=mod -short", "-count=0"} {
+		out, err := ciRun("GOFLAGS=" + flags)
+		if err == nil || !strings.Contains(out, "unset GOFLAGS") {
+			t.Errorf("GOFLAGS=%s bash .ci/run: %v, want the refusal:\n%s", flags, err, out)
+		}
+	}
+	// A GOFLAGS that picks nothing is not refused: beside a refused variable, only that one is named.
+	out, err := ciRun("GOFLAGS=-mod=mod", "E2E_RUN=x")
+	if err == nil || !strings.Contains(out, "unset E2E_RUN ") || strings.Contains(out, "GOFLAGS") {
+		t.Errorf("GOFLAGS=-mod=mod E2E_RUN=x bash .ci/run: %v, want only E2E_RUN refused:\n%s", err, out)
+	}
+}
