@@ -243,12 +243,26 @@ EOF
 # creator may use; docs/security.md), unless a chart is to install them (make cluster-up).
 if [ "${AGENTPLANE_ADMISSION_POLICIES:-1}" = 1 ]; then
   "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/admission-policies.yaml" >/dev/null
-  # The recording policy needs the CRDs' OpenAPI schema, which kube-apiserver publishes a few
-  # seconds after a CRD is established: until then AgentRuns cannot be created.
+  # The policies are in force only once kube-apiserver has loaded them (it rereads policies about
+  # every second) and, for the recording policy, once it has the CRD's OpenAPI schema (published a
+  # few seconds after the CRD is established; until then every AgentRun is refused with "Resource
+  # kind ... not found"). A dry run proves neither: admitted before the policies load, it passes.
+  # So a probe AgentRun is created for real: it must come back with the created-by record the
+  # mutating policy writes, and changing that record must be refused ("cannot change", the
+  # validating policies). The probe is deleted either way.
   run_admitted() {
-    "${KUBECTL[@]}" create --dry-run=server -f - >/dev/null 2>&1 <<'PROBE'
+    local made ok=1
+    made=$("${KUBECTL[@]}" create -o 'jsonpath={.metadata.annotations.agents\.proompteng\.ai/created-by}' -f - 2>/dev/null <<'PROBE'
 {"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"up-probe","namespace":"default"},"spec":{"agentRef":{"name":"x"},"runtime":{"type":"job"}}}
 PROBE
+) || ok=0
+    [ -n "$made" ] || ok=0
+    if [ "$ok" = 1 ] && "${KUBECTL[@]}" -n default annotate --dry-run=server --overwrite agentrun up-probe \
+      agents.proompteng.ai/created-by=someone-else >/dev/null 2>&1; then
+      ok=0
+    fi
+    "${KUBECTL[@]}" -n default delete agentrun up-probe --ignore-not-found --wait=false >/dev/null 2>&1
+    [ "$ok" = 1 ]
   }
   wait_for kube-apiserver 60 run_admitted
 fi

@@ -7,13 +7,16 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -138,24 +141,55 @@ func StartKube() (*Kube, error) {
 	if _, stderr, err := k.RunKubectl(context.Background(), "apply", "--server-side", "-f", policies); err != nil {
 		return nil, fmt.Errorf("apply %s: %w: %s", policies, err, stderr)
 	}
-	// The recording policy (a MutatingAdmissionPolicy) applies its change with the kind's OpenAPI
-	// schema, which the API server publishes for a new CRD a few seconds after it is established;
-	// until then creating an AgentRun fails ("Resource kind ... not found"). Wait for a dry run.
-	probe := []byte(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"testenv-probe","namespace":"default"},"spec":{"agentRef":{"name":"x"},"runtime":{"type":"job"}}}`)
+	// The policies are in force only once kube-apiserver has loaded them (it rereads policies about
+	// every second) and, for the recording policy (a MutatingAdmissionPolicy), once it has the
+	// CRD's OpenAPI schema, published a few seconds after the CRD is established (until then every
+	// AgentRun is refused: "Resource kind ... not found"). A dry run proves neither: admitted before
+	// the policies load, it passes. Wait until policiesInForce says both hold.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := k.Client.CoreV1().RESTClient().Post().AbsPath("/apis/agents.proompteng.ai/v1alpha1/namespaces/default/agentruns").
-			Param("dryRun", "All").SetHeader("Content-Type", "application/json").Body(probe).Do(context.Background()).Error()
+		err := k.policiesInForce(context.Background())
 		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("creating an AgentRun still fails a minute after the CRDs and admission policies were installed: %w", err)
+			return nil, fmt.Errorf("the admission policies are still not in force a minute after the CRDs and policies were installed: %w", err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	ok = true
 	return k, nil
+}
+
+// policiesInForce creates a probe AgentRun, requires the created-by record the recording policy
+// writes, requires a change of that record to be refused (the validating policies), and deletes
+// the probe.
+func (k *Kube) policiesInForce(ctx context.Context) error {
+	const path = "/apis/agents.proompteng.ai/v1alpha1/namespaces/default/agentruns"
+	rc := k.Client.CoreV1().RESTClient()
+	probe := []byte(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"testenv-probe","namespace":"default"},"spec":{"agentRef":{"name":"x"},"runtime":{"type":"job"}}}`)
+	raw, err := rc.Post().AbsPath(path).SetHeader("Content-Type", "application/json").Body(probe).Do(ctx).Raw()
+	defer func() { _ = rc.Delete().AbsPath(path, "testenv-probe").Do(ctx).Error() }()
+	if err != nil {
+		return fmt.Errorf("create a probe AgentRun: %w", err)
+	}
+	var made struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &made); err != nil {
+		return fmt.Errorf("read the probe AgentRun: %w", err)
+	}
+	if made.Metadata.Annotations["agents.proompteng.ai/created-by"] == "" {
+		return fmt.Errorf("the probe AgentRun has no agents.proompteng.ai/created-by record: the recording policy is not in force yet")
+	}
+	err = rc.Patch(types.MergePatchType).AbsPath(path, "testenv-probe").Param("dryRun", "All").
+		Body([]byte(`{"metadata":{"annotations":{"agents.proompteng.ai/created-by":"someone-else"}}}`)).Do(ctx).Error()
+	if err == nil || !strings.Contains(err.Error(), "cannot change") {
+		return fmt.Errorf("changing the probe's created-by record was not refused (%v): the validating policies are not in force yet", err)
+	}
+	return nil
 }
 
 // Stop stops kube-apiserver and etcd and removes their data.
