@@ -329,8 +329,8 @@ fuzz: ## Fuzz the secret redactor for FUZZTIME (default 60s; a new input is mini
 	cd libs && go test -run '^$$' -fuzz FuzzRedactNeverLeaksTheCorpus -fuzztime $(or $(FUZZTIME),60s) -fuzzminimizetime 50x ./redact/
 
 .PHONY: bench
-bench: tools build ## Benchmarks, one package at a time; each figure is printed as a ratio against a baseline measured in the same run (the last two run 1,000 AgentRuns, and a cancel of 100 running Jobs, each on its own local control plane). Results in .bench/<time>-<commit>/ (BENCH_COUNT=n runs each n times; BENCH_PKGS=... BENCH_E2E=0 a part).
-	@PKGS="$(or $(BENCH_PKGS),$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))))" BENCH_COUNT=$(or $(BENCH_COUNT),1) BENCH_E2E=$(or $(BENCH_E2E),1) hack/bench.sh
+bench: tools build ## Benchmarks, one package at a time; each figure is printed as a ratio against a baseline measured in the same run (the last two run 1,000 AgentRuns, and a cancel of 100 running Jobs, each on its own local control plane). Results in .bench/<time>-<commit>/ (each benchmark 3 times, BENCH_COUNT=n for n; a tree with changes is refused; BENCH_PKGS=... BENCH_E2E=0 a part).
+	@PKGS="$(or $(BENCH_PKGS),$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))))" BENCH_COUNT=$(or $(BENCH_COUNT),3) BENCH_E2E=$(or $(BENCH_E2E),1) hack/bench.sh
 
 .PHONY: bench-scale
 bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-step OrchestrationRuns) through the whole system on a local control plane: drain time, API requests, CPU and memory per run (25 to 45 minutes on this machine; not part of bench). Output in .bench/scale-<time>-<commit>.txt (AGENTPLANE_BENCH_SCALE_TIERS=1000,10000 sets the tiers).

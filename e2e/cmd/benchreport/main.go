@@ -1,7 +1,9 @@
 // Command benchreport turns the result files of one `make bench` run into the generated section
 // of docs/benchmarks.md: the machine, date and commit the run recorded (meta.txt), then for each
 // benchmark every figure it reported, with the median of its runs and each run, and its goals
-// (figures named goal-met/<goal>, 1 when met) with how many runs met each. The text between "<!-- bench-report:begin -->" and
+// (figures named goal-met/<goal>, 1 when met), each met when met in more than half of the runs,
+// with how many runs met it. A benchmark that failed in a run ("--- FAIL") shows as FAILED there,
+// and meta.txt's "tier <name>:" lines (how each go test ended) are repeated. The text between "<!-- bench-report:begin -->" and
 // "<!-- bench-report:end -->" in the document is replaced; a document without the markers gets
 // them appended. `make bench-report` copies the newest run in .bench/ to docs/bench-results/ and
 // runs it there, so that the committed figures come with the files they were generated from.
@@ -18,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,8 +74,9 @@ func splice(doc, section []byte) []byte {
 type result struct {
 	name  string
 	pkg   string
-	units []string             // in the order first reported
-	runs  map[string][]float64 // unit -> one value per run
+	units  []string             // in the order first reported
+	runs   map[string][]float64 // unit -> one value per run
+	failed int                  // runs that ended in "--- FAIL: <name>"
 }
 
 // report reads a run directory and renders the section.
@@ -110,8 +114,36 @@ func report(dir string) ([]byte, error) {
 		meta["cpus"], meta["cpu"], meta["memory"], meta["go"])
 	fmt.Fprintf(&b, "Benchmarks run: %s.\n", meta["packages"])
 	fmt.Fprintf(&b, "Result files: `docs/bench-results/` (Go's benchmark format, which `benchstat` reads), copied from the run `.bench/%s/`.\n", meta["run"])
+	count, _ := strconv.Atoi(meta["count"])
+	if count > 0 {
+		fmt.Fprintf(&b, "Each benchmark ran %d times; a figure is the median of its runs, and a goal is met when it was met in more than half of them.\n", count)
+	}
+	var tiers []string
+	for _, k := range slices.Sorted(maps.Keys(meta)) {
+		if name, ok := strings.CutPrefix(k, "tier "); ok {
+			status := meta[k]
+			if strings.HasPrefix(status, "FAILED") {
+				status = "**" + status[:len("FAILED")] + "**" + status[len("FAILED"):]
+			}
+			tiers = append(tiers, fmt.Sprintf("%s %s", name, status))
+		}
+	}
+	if len(tiers) > 0 {
+		fmt.Fprintf(&b, "Tiers: %s.\n", strings.Join(tiers, "; "))
+	}
 	for _, r := range results {
-		fmt.Fprintf(&b, "\n### %s\n\n`%s`\n\n| figure | median | runs |\n|---|---|---|\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
+		fmt.Fprintf(&b, "\n### %s\n\n`%s`\n\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
+		if r.failed > 0 {
+			runs := count
+			if runs < r.failed+len(r.runs[firstUnit(r)]) {
+				runs = r.failed + len(r.runs[firstUnit(r)])
+			}
+			fmt.Fprintf(&b, "**FAILED** in %d of %d runs (its log in the run's directory says why).\n\n", r.failed, runs)
+		}
+		if len(r.units) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| figure | median | runs |\n|---|---|---|\n")
 		var goals []string
 		for _, u := range r.units {
 			vs := r.runs[u]
@@ -122,9 +154,10 @@ func report(dir string) ([]byte, error) {
 						met++
 					}
 				}
-				line := fmt.Sprintf("- goal `%s`: met in %d of %d runs", g, len(vs), len(vs))
-				if met < len(vs) {
-					line = fmt.Sprintf("- goal `%s`: **MISSED** in %d of %d runs", g, len(vs)-met, len(vs))
+				n := len(vs) + r.failed // a failed run met no goal
+				line := fmt.Sprintf("- goal `%s`: met (in %d of %d runs)", g, met, n)
+				if 2*met <= n {
+					line = fmt.Sprintf("- goal `%s`: **MISSED** (met in %d of %d runs)", g, met, n)
 				}
 				goals = append(goals, line)
 				continue
@@ -140,6 +173,14 @@ func report(dir string) ([]byte, error) {
 		}
 	}
 	return b.Bytes(), nil
+}
+
+// firstUnit is the unit r reported first, or "".
+func firstUnit(r *result) string {
+	if len(r.units) == 0 {
+		return ""
+	}
+	return r.units[0]
 }
 
 func readMeta(path string) (map[string]string, error) {
@@ -174,6 +215,18 @@ func parse(r io.Reader) ([]*result, error) {
 		switch {
 		case strings.HasPrefix(line, "pkg: "):
 			pkg = strings.TrimPrefix(line, "pkg: ")
+		case strings.HasPrefix(line, "--- FAIL: Benchmark"):
+			// A benchmark that failed prints no result line in that run: count it, so that it
+			// shows as failed instead of disappearing.
+			fields := strings.Fields(strings.TrimPrefix(line, "--- FAIL: "))
+			name := trimProcs(fields[0])
+			res := byName[pkg+" "+name]
+			if res == nil {
+				res = &result{name: name, pkg: pkg, runs: map[string][]float64{}}
+				byName[pkg+" "+name] = res
+				out = append(out, res)
+			}
+			res.failed++
 		case strings.HasPrefix(line, "Benchmark"):
 			fields := strings.Fields(line)
 			if len(fields) < 4 || len(fields)%2 != 0 {

@@ -45,11 +45,11 @@ func TestReportHasEveryFigureItsMedianAndTheGoals(t *testing.T) {
 		"| api-writes/request | 0.25 | 0.25, 0.26, 0.24 |",
 		"| direct-api-writes/request | 1.25 | 1.25, 1.3, 1.2 |",
 		"| ns/op | 50000000 | 51234567, 50000000, 49000000 |",
-		"- goal `ratio<=0.3`: met in 3 of 3 runs",
+		"- goal `ratio<=0.3`: met (in 3 of 3 runs)",
 		"### LimiterDecisions/concurrency-64",
 		"| ours/raw | 0.96 | 0.95, 0.97 |",
-		"- goal `ours/raw>=0.8`: met in 2 of 2 runs",
-		"- goal `rounds>=0.8`: **MISSED** in 1 of 2 runs",
+		"- goal `ours/raw>=0.8`: met (in 2 of 2 runs)",
+		"- goal `rounds>=0.8`: **MISSED** (met in 1 of 2 runs)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q:\n%s", want, got)
@@ -79,5 +79,53 @@ func TestSpliceReplacesOnlyTheGeneratedSection(t *testing.T) {
 	}
 	if got := string(splice([]byte("# B\n"), []byte("x\n"))); got != "# B\n\n"+begin+"\nx\n"+end+"\n" {
 		t.Fatalf("appended = %q", got)
+	}
+}
+
+func TestReportShowsFailedBenchmarksAndJudgesGoalsByMajority(t *testing.T) {
+	dir := t.TempDir()
+	meta := "run: r\ndate: d\ncommit: c\nhost: h\ncpus: 2\ncpu: x\nmemory: 1 GiB\ngo: go\npackages: p\ncount: 3\n" +
+		"tier integration: passed\ntier e2e: FAILED (exit 1)\n"
+	e2e := `pkg: github.com/agentplane/agentplane/e2e
+BenchmarkMostly-2   1   5 ns/op   1 goal-met/a   0 goal-met/b
+BenchmarkMostly-2   1   6 ns/op   1 goal-met/a   1 goal-met/b
+BenchmarkMostly-2   1   7 ns/op   0 goal-met/a   0 goal-met/b
+BenchmarkFlaky-2   1   9 ns/op   1 goal-met/c
+BenchmarkFlaky-2   1   8 ns/op   1 goal-met/c
+BenchmarkFlaky-2
+--- FAIL: BenchmarkFlaky-2
+    bench_test.go:10: the stack did not start
+BenchmarkBroken-2
+--- FAIL: BenchmarkBroken-2
+BenchmarkBroken-2
+--- FAIL: BenchmarkBroken-2
+BenchmarkBroken-2
+--- FAIL: BenchmarkBroken-2
+FAIL
+`
+	for name, body := range map[string]string{"meta.txt": meta, "e2e.txt": e2e} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := report(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{
+		"Each benchmark ran 3 times",
+		"Tiers: e2e **FAILED** (exit 1); integration passed.",
+		"- goal `a`: met (in 2 of 3 runs)",
+		"- goal `b`: **MISSED** (met in 1 of 3 runs)",
+		"### Flaky",
+		"**FAILED** in 1 of 3 runs",
+		"- goal `c`: met (in 2 of 3 runs)",
+		"### Broken",
+		"**FAILED** in 3 of 3 runs",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q:\n%s", want, got)
+		}
 	}
 }

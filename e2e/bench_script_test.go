@@ -1,0 +1,78 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchRefusesADirtyTree: `make bench` measures HEAD, so hack/bench.sh refuses a tree with
+// changes (an untracked file is enough) before it writes anything, and a clean tree gets past
+// that check.
+func TestBenchRefusesADirtyTree(t *testing.T) {
+	root := repoRoot(t)
+	clone := filepath.Join(t.TempDir(), "repo")
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(context.Background(), "git", append([]string{"-C", dir}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	git(root, "clone", "-q", "--no-hardlinks", root, clone)
+	// The clone holds HEAD's committed hack/bench.sh; the one under test is the working tree's.
+	script, err := os.ReadFile(filepath.Join(root, "hack", "bench.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(clone, "hack", "bench.sh"), script, 0o755); err != nil { //nolint:gosec // G306: a script
+		t.Fatal(err)
+	}
+	git(clone, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "bench.sh under test", "--allow-empty")
+	bench := func() (string, error) {
+		cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(clone, "hack", "bench.sh"))
+		// A go that is not Go: a clean tree must get past the check and reach it.
+		bin := t.TempDir()
+		if err := os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho fake-go \"$@\"\nexit 3\n"), 0o755); err != nil { //nolint:gosec // G306: a stub
+			t.Fatal(err)
+		}
+		cmd.Env = append(os.Environ(), "PKGS=./nothing/...", "BENCH_E2E=0", "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := bench()
+	if err == nil || !strings.Contains(out, "measures HEAD") || !strings.Contains(out, "notes.txt") {
+		t.Fatalf("bench.sh on a tree with an untracked file: %v, want a refusal naming it:\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(clone, ".bench")); !os.IsNotExist(err) {
+		t.Fatalf("the refused run wrote .bench/ (%v)", err)
+	}
+	if err := os.Remove(filepath.Join(clone, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = bench()
+	if strings.Contains(out, "measures HEAD") || !strings.Contains(out, "fake-go") {
+		t.Fatalf("bench.sh on a clean tree: %v, want it past the check and running go:\n%s", err, out)
+	}
+	// The failed tier is recorded, its output kept, and the script exits non-zero.
+	runs, _ := filepath.Glob(filepath.Join(clone, ".bench", "*", "meta.txt"))
+	if len(runs) != 1 {
+		t.Fatalf("runs written: %v", runs)
+	}
+	meta, _ := os.ReadFile(runs[0])
+	if err == nil || !strings.Contains(string(meta), "tier integration: FAILED (exit 3)") {
+		t.Fatalf("a failing tier: exit %v, meta.txt:\n%s\noutput:\n%s", err, meta, out)
+	}
+	if log, _ := os.ReadFile(filepath.Join(filepath.Dir(runs[0]), "integration.log")); !strings.Contains(string(log), "fake-go test -p 1") {
+		t.Fatalf("the failed tier's output was not kept: %q", log)
+	}
+}
