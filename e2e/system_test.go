@@ -127,6 +127,9 @@ func (s *system) get(t *testing.T, gvr schema.GroupVersionResource, name string)
 }
 
 func field(u *unstructured.Unstructured, path ...string) string {
+	if u == nil {
+		return ""
+	}
 	v, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
 	if v == nil {
 		return ""
@@ -1012,7 +1015,13 @@ func (s *system) explainUnfinished(got map[string]*unstructured.Unstructured, ke
 	for _, k := range keys {
 		u := got[k]
 		if u == nil {
-			out = append(out, k+" (not listed)")
+			// A step run an OrchestrationRun has not created: where its owner stands says why.
+			owner := "or/" + strings.TrimPrefix(k[:max(strings.LastIndex(k, "-"), 3)], "ar/")
+			if o := got[owner]; o != nil {
+				out = append(out, fmt.Sprintf("%s not created; %s is %s/%s: %s", k, owner, field(o, "status", "phase"), field(o, "status", "reason"), field(o, "status", "message")))
+			} else {
+				out = append(out, k+" (not listed)")
+			}
 			continue
 		}
 		job := field(u, "status", "jobRef", "name")
