@@ -186,8 +186,11 @@ func (k *Kube) policiesInForce(ctx context.Context) error {
 	}
 	err = rc.Patch(types.MergePatchType).AbsPath(path, "testenv-probe").Param("dryRun", "All").
 		Body([]byte(`{"metadata":{"annotations":{"agents.proompteng.ai/created-by":"someone-else"}}}`)).Do(ctx).Error()
-	if err == nil || !strings.Contains(err.Error(), "cannot change") {
-		return fmt.Errorf("changing the probe's created-by record was not refused (%v): the validating policies are not in force yet", err)
+	if err == nil {
+		return errors.New("changing the probe's created-by record was admitted: the validating policies are not in force yet")
+	}
+	if !strings.Contains(err.Error(), "cannot change") {
+		return fmt.Errorf("changing the probe's created-by record was refused for another reason: %w", err)
 	}
 	return nil
 }
