@@ -214,11 +214,29 @@ func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 		return out, nil
 	case apierrors.IsForbidden(err):
 		return nil, c.stopOrch(ctx, or, false, reasons.Forbidden, fmt.Sprintf("creating AgentRun %s was refused: %s", ar.Name, apiMessage(err)))
+	case policyNotReady(err):
+		// Not the step's fault: retried with backoff until kube-apiserver has the policy ready.
+		return nil, fmt.Errorf("create AgentRun %s: an admission policy could not run yet (kube-apiserver just started?): %w", ar.Name, err)
 	case apierrors.IsInvalid(err):
 		return nil, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf("the API server refused step %s's AgentRun: %s", s.Name, apiMessage(err)))
 	default:
 		return nil, fmt.Errorf("create AgentRun %s: %w", ar.Name, err)
 	}
+}
+
+// policyNotReady reports whether err is an admission policy that kube-apiserver could not set up,
+// rather than one that judged the object. kube-apiserver answers such a request 422 Invalid
+// ("ValidatingAdmissionPolicy '...' with binding '...' denied request: failed to configure
+// binding: failed to find resource referenced by paramKind: ..."), which is what it does for a
+// few seconds after it starts, until it has discovered the Agent kind the run policies take
+// their parameters from; the same request succeeds a moment later. A step created then must be
+// retried, not have its whole OrchestrationRun failed as an invalid spec.
+func policyNotReady(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	m := apiMessage(err)
+	return strings.Contains(m, "failed to configure policy: ") || strings.Contains(m, "failed to configure binding: ")
 }
 
 // stopOrch records a problem with an OrchestrationRun: it fails, or waits.

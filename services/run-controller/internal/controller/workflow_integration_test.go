@@ -3,7 +3,9 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -317,4 +319,79 @@ func TestOrchestrationProblemsAreReported(t *testing.T) {
 	if childExists(t, ns, "cancelled-only") {
 		t.Error("a cancelled run started a step")
 	}
+}
+
+// For a few seconds after kube-apiserver starts, it refuses every new AgentRun with 422 Invalid
+// ("... denied request: failed to configure binding: failed to find resource referenced by
+// paramKind ...") until it has discovered the Agent kind the run policies take parameters from.
+// A step created then is retried; its OrchestrationRun neither fails nor loses the step. Here a
+// policy whose paramKind does not exist stands for that window, in this test's namespace only.
+func TestAStepRefusedByAnAdmissionPolicyNotSetUpIsRetriedNotFailed(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	name := "not-set-up-" + ns
+	manifest := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: agents.proompteng.ai/v1alpha1, kind: NotDiscoveredYet}
+  matchConstraints:
+    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %[2]s}}
+    resourceRules:
+    - {apiGroups: [agents.proompteng.ai], apiVersions: ["*"], operations: [CREATE], resources: [agentruns]}
+  validations:
+  - expression: "true"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  paramRef: {selector: {}, parameterNotFoundAction: Allow}
+`, name, ns)
+	path := t.TempDir() + "/policy.yaml"
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := env.RunKubectl(t.Context(), "apply", "-f", path); err != nil {
+		t.Fatalf("apply the policy: %v %s", err, stderr)
+	}
+	t.Cleanup(func() { _, _, _ = env.RunKubectl(context.Background(), "delete", "--ignore-not-found", "-f", path) })
+	// In force once kube-apiserver has loaded it: a dry run is refused the way it is at start.
+	rc, _ := kube.RESTClientFor(env.Config, agentsGV)
+	testenv.Eventually(t, 30*time.Second, "the policy refuses AgentRuns in "+ns, func() error {
+		err := rc.Post().Namespace(ns).Resource("agentruns").Param("dryRun", "All").Body(jobRun(ns, "probe", "codex")).Do(t.Context()).Error()
+		if !policyNotReady(err) {
+			return fmt.Errorf("dry run: %v", err)
+		}
+		return nil
+	})
+
+	c := startController(t, ns, nil)
+	create(t, "orchestrations", ns, orchestration(ns, "one", step("only")))
+	create(t, "orchestrationruns", ns, orchRun(ns, "held", "one"))
+	settle(t, c, "OrchestrationRun", ns, "held")
+	settle(t, c, "OrchestrationRun", ns, "held")
+	if got := getOrchRun(t, ns, "held"); got.Status.Phase == agentsv1alpha1.PhaseFailed || childExists(t, ns, "held-only") {
+		t.Fatalf("while the policy cannot run: status %+v, step created %v; want the run waiting, retrying", got.Status, childExists(t, ns, "held-only"))
+	}
+
+	if _, stderr, err := env.RunKubectl(t.Context(), "delete", "-f", path); err != nil {
+		t.Fatalf("delete the policy: %v %s", err, stderr)
+	}
+	testenv.Eventually(t, 60*time.Second, "the step starts once the policy is gone", func() error {
+		if !childExists(t, ns, "held-only") {
+			return fmt.Errorf("no held-only; run %+v", getOrchRun(t, ns, "held").Status)
+		}
+		return nil
+	})
+	finishStep(t, ns, "held", "only", true)
+	testenv.Eventually(t, 20*time.Second, "the run Succeeded", func() error {
+		if got := getOrchRun(t, ns, "held"); got.Status.Phase != agentsv1alpha1.PhaseSucceeded {
+			return fmt.Errorf("%+v", got.Status)
+		}
+		return nil
+	})
 }
