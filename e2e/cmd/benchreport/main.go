@@ -72,8 +72,8 @@ func splice(doc, section []byte) []byte {
 
 // result is one benchmark's figures over its runs, by unit.
 type result struct {
-	name  string
-	pkg   string
+	name   string
+	pkg    string
 	units  []string             // in the order first reported
 	runs   map[string][]float64 // unit -> one value per run
 	failed int                  // runs that ended in "--- FAIL: <name>"
