@@ -294,6 +294,11 @@ func (c *Controller) startJob(ctx context.Context, ar *agentsv1alpha1.AgentRun, 
 	case apierrors.IsForbidden(err):
 		c.limits.unstart(key)
 		return nil, result{}, &problem{reason: reasons.Forbidden, message: fmt.Sprintf("creating Job %s was refused: %s", job.Name, apiMessage(err))}
+	case policyNotReady(err):
+		// An admission policy on Jobs that kube-apiserver could not set up yet: retried.
+		c.limits.unstart(key)
+		return nil, result{}, &problem{reason: reasons.ReconcileError, message: fmt.Sprintf(
+			"creating Job %s: an admission policy could not run yet (kube-apiserver just started?); retrying: %s", job.Name, apiMessage(err))}
 	case apierrors.IsInvalid(err):
 		c.limits.unstart(key)
 		return nil, result{}, &problem{fail: true, reason: reasons.InvalidSpec, message: fmt.Sprintf("the API server refused Job %s: %s", job.Name, apiMessage(err))}

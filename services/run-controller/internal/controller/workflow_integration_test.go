@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -329,46 +332,7 @@ func TestOrchestrationProblemsAreReported(t *testing.T) {
 func TestAStepRefusedByAnAdmissionPolicyNotSetUpIsRetriedNotFailed(t *testing.T) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
-	name := "not-set-up-" + ns
-	manifest := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: %[1]s}
-spec:
-  failurePolicy: Fail
-  paramKind: {apiVersion: agents.proompteng.ai/v1alpha1, kind: NotDiscoveredYet}
-  matchConstraints:
-    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %[2]s}}
-    resourceRules:
-    - {apiGroups: [agents.proompteng.ai], apiVersions: ["*"], operations: [CREATE], resources: [agentruns]}
-  validations:
-  - expression: "true"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: %[1]s}
-spec:
-  policyName: %[1]s
-  validationActions: [Deny]
-  paramRef: {selector: {}, parameterNotFoundAction: Allow}
-`, name, ns)
-	path := t.TempDir() + "/policy.yaml"
-	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, stderr, err := env.RunKubectl(t.Context(), "apply", "-f", path); err != nil {
-		t.Fatalf("apply the policy: %v %s", err, stderr)
-	}
-	t.Cleanup(func() { _, _, _ = env.RunKubectl(context.Background(), "delete", "--ignore-not-found", "-f", path) })
-	// In force once kube-apiserver has loaded it: a dry run is refused the way it is at start.
-	rc, _ := kube.RESTClientFor(env.Config, agentsGV)
-	testenv.Eventually(t, 30*time.Second, "the policy refuses AgentRuns in "+ns, func() error {
-		err := rc.Post().Namespace(ns).Resource("agentruns").Param("dryRun", "All").Body(jobRun(ns, "probe", "codex")).Do(t.Context()).Error()
-		if !policyNotReady(err) {
-			return fmt.Errorf("dry run: %v", err)
-		}
-		return nil
-	})
-
+	release := holdCreates(t, ns, "agents.proompteng.ai", "agentruns")
 	c := startController(t, ns, nil)
 	create(t, "orchestrations", ns, orchestration(ns, "one", step("only")))
 	create(t, "orchestrationruns", ns, orchRun(ns, "held", "one"))
@@ -378,9 +342,7 @@ spec:
 		t.Fatalf("while the policy cannot run: status %+v, step created %v; want the run waiting, retrying", got.Status, childExists(t, ns, "held-only"))
 	}
 
-	if _, stderr, err := env.RunKubectl(t.Context(), "delete", "-f", path); err != nil {
-		t.Fatalf("delete the policy: %v %s", err, stderr)
-	}
+	release()
 	testenv.Eventually(t, 60*time.Second, "the step starts once the policy is gone", func() error {
 		if !childExists(t, ns, "held-only") {
 			return fmt.Errorf("no held-only; run %+v", getOrchRun(t, ns, "held").Status)
@@ -394,4 +356,86 @@ spec:
 		}
 		return nil
 	})
+}
+
+// The same for a Job: a policy on Jobs that kube-apiserver cannot set up yet holds the run
+// Pending, retried; it does not fail it as an invalid spec.
+func TestAJobRefusedByAnAdmissionPolicyNotSetUpIsRetriedNotFailed(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	release := holdCreates(t, ns, "batch", "jobs")
+	c := startController(t, ns, nil)
+	create(t, "agentruns", ns, jobRun(ns, "held", "codex"))
+	settle(t, c, "AgentRun", ns, "held")
+	settle(t, c, "AgentRun", ns, "held")
+	if got := getRun(t, ns, "held"); got.Status.Phase == agentsv1alpha1.PhaseFailed || len(jobsIn(t, ns)) != 0 {
+		t.Fatalf("while the policy cannot run: status %+v, %d Jobs; want the run waiting, retrying", got.Status, len(jobsIn(t, ns)))
+	}
+	release()
+	j := waitJob(t, ns, jobName(getRun(t, ns, "held"), "", 1))
+	finishJob(t, ns, j.Name, true)
+	waitPhase(t, ns, "held", agentsv1alpha1.PhaseSucceeded, 30*time.Second)
+}
+
+// holdCreates makes kube-apiserver refuse every create of group/resource in ns the way it does
+// for a few seconds after it starts, while it cannot set up a policy: a ValidatingAdmissionPolicy
+// whose paramKind does not exist ("failed to configure policy: failed to find resource
+// referenced by paramKind"), bound to ns alone. It returns once the refusal is in force; release
+// deletes the policy.
+func holdCreates(t *testing.T, ns, group, resource string) (release func()) {
+	t.Helper()
+	name := "not-set-up-" + ns + "-" + resource
+	manifest := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: agents.proompteng.ai/v1alpha1, kind: NotDiscoveredYet}
+  matchConstraints:
+    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %[2]s}}
+    resourceRules:
+    - {apiGroups: [%[3]q], apiVersions: ["*"], operations: [CREATE], resources: [%[4]s]}
+  validations:
+  - expression: "true"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  paramRef: {selector: {}, parameterNotFoundAction: Allow}
+`, name, ns, group, resource)
+	path := t.TempDir() + "/policy.yaml"
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := env.RunKubectl(t.Context(), "apply", "-f", path); err != nil {
+		t.Fatalf("apply the policy: %v %s", err, stderr)
+	}
+	t.Cleanup(func() { _, _, _ = env.RunKubectl(context.Background(), "delete", "--ignore-not-found", "-f", path) })
+	// In force once kube-apiserver has loaded it: a dry run is refused the way it is at start.
+	testenv.Eventually(t, 30*time.Second, "the policy refuses "+resource+" in "+ns, func() error {
+		var err error
+		if resource == "jobs" {
+			job := &batchv1.Job{TypeMeta: metav1TypeMeta("Job"), ObjectMeta: objectMeta(ns, "probe")}
+			job.APIVersion = "batch/v1"
+			job.Spec.Template.Spec.RestartPolicy = "Never"
+			job.Spec.Template.Spec.Containers = []corev1.Container{{Name: "c", Image: "x"}}
+			_, err = kc.BatchV1().Jobs(ns).Create(t.Context(), job, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		} else {
+			rc, _ := kube.RESTClientFor(env.Config, agentsGV)
+			err = rc.Post().Namespace(ns).Resource(resource).Param("dryRun", "All").Body(jobRun(ns, "probe", "codex")).Do(t.Context()).Error()
+		}
+		if !policyNotReady(err) {
+			return fmt.Errorf("dry run: %v", err)
+		}
+		return nil
+	})
+	return func() {
+		t.Helper()
+		if _, stderr, err := env.RunKubectl(t.Context(), "delete", "-f", path); err != nil {
+			t.Fatalf("delete the policy: %v %s", err, stderr)
+		}
+	}
 }
