@@ -72,11 +72,12 @@ func splice(doc, section []byte) []byte {
 
 // result is one benchmark's figures over its runs, by unit.
 type result struct {
-	name   string
-	pkg    string
-	units  []string             // in the order first reported
-	runs   map[string][]float64 // unit -> one value per run
-	failed int                  // runs that ended in "--- FAIL: <name>"
+	name     string
+	pkg      string
+	units    []string             // in the order first reported
+	runs     map[string][]float64 // unit -> one value per run
+	reported int                  // runs that printed a result line
+	failed   int                  // runs that ended in "--- FAIL: <name>"
 }
 
 // report reads a run directory and renders the section.
@@ -134,11 +135,7 @@ func report(dir string) ([]byte, error) {
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n### %s\n\n`%s`\n\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
 		if r.failed > 0 {
-			runs := count
-			if runs < r.failed+len(r.runs[firstUnit(r)]) {
-				runs = r.failed + len(r.runs[firstUnit(r)])
-			}
-			fmt.Fprintf(&b, "**FAILED** in %d of %d runs (its log in the run's directory says why).\n\n", r.failed, runs)
+			fmt.Fprintf(&b, "**FAILED** in %d of %d runs (its log in the run's directory says why).\n\n", r.failed, max(count, r.reported+r.failed))
 		}
 		if len(r.units) == 0 {
 			continue
@@ -175,14 +172,6 @@ func report(dir string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// firstUnit is the unit r reported first, or "".
-func firstUnit(r *result) string {
-	if len(r.units) == 0 {
-		return ""
-	}
-	return r.units[0]
-}
-
 func readMeta(path string) (map[string]string, error) {
 	raw, err := os.ReadFile(path) //nolint:gosec // G304: the run directory the caller named
 	if err != nil {
@@ -208,6 +197,17 @@ func parse(r io.Reader) ([]*result, error) {
 	var out []*result
 	byName := map[string]*result{}
 	pkg := ""
+	// resultFor is the result of the benchmark named in a line ("BenchmarkX-2") of package pkg.
+	resultFor := func(field string) *result {
+		name := trimProcs(field)
+		res := byName[pkg+" "+name]
+		if res == nil {
+			res = &result{name: name, pkg: pkg, runs: map[string][]float64{}}
+			byName[pkg+" "+name] = res
+			out = append(out, res)
+		}
+		return res
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -218,30 +218,17 @@ func parse(r io.Reader) ([]*result, error) {
 		case strings.HasPrefix(line, "--- FAIL: Benchmark"):
 			// A benchmark that failed prints no result line in that run: count it, so that it
 			// shows as failed instead of disappearing.
-			fields := strings.Fields(strings.TrimPrefix(line, "--- FAIL: "))
-			name := trimProcs(fields[0])
-			res := byName[pkg+" "+name]
-			if res == nil {
-				res = &result{name: name, pkg: pkg, runs: map[string][]float64{}}
-				byName[pkg+" "+name] = res
-				out = append(out, res)
-			}
-			res.failed++
+			resultFor(strings.Fields(strings.TrimPrefix(line, "--- FAIL: "))[0]).failed++
 		case strings.HasPrefix(line, "Benchmark"):
 			fields := strings.Fields(line)
 			if len(fields) < 4 || len(fields)%2 != 0 {
 				continue // a benchmark's name printed alone, before its logs
 			}
-			name := trimProcs(fields[0])
 			if _, err := strconv.Atoi(fields[1]); err != nil {
 				continue
 			}
-			res := byName[pkg+" "+name]
-			if res == nil {
-				res = &result{name: name, pkg: pkg, runs: map[string][]float64{}}
-				byName[pkg+" "+name] = res
-				out = append(out, res)
-			}
+			res := resultFor(fields[0])
+			res.reported++
 			for i := 2; i+1 < len(fields); i += 2 {
 				v, err := strconv.ParseFloat(fields[i], 64)
 				if err != nil {
