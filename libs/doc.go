@@ -1,4 +1,10 @@
-// Package libs is the shared module of agentplane: every service builds on its packages (API
-// types, configuration, logging, telemetry, metrics, gRPC, leader election, the test harness).
-// It never imports a service.
+// Package libs is the shared module of agentplane: every service builds on its packages. They
+// sit in four layers, each importing only its own and the ones below (TestLibsLayersImportOnlyDownward):
+//
+//   - API types: api (the CRD types), reasons, status (the status contract), jobresult, redact;
+//   - service runtime: config, logging, telemetry, metrics, grpcx, app, leader;
+//   - clients: kube, statusclient, eventclient, redisx;
+//   - features: controller (the controller scaffold), access, health, backends.
+//
+// testenv, the test harness, is imported only by tests. libs never imports a service.
 package libs

@@ -24,9 +24,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
@@ -37,17 +34,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/kube"
@@ -82,7 +78,8 @@ type Propagator struct {
 	agents, orch *rest.RESTClient
 	ors, ars     map[string]cache.SharedIndexInformer
 	jobs, pods   map[string]cache.SharedIndexInformer
-	q            workqueue.TypedRateLimitingInterface[string]
+	ctl          *controller.Controller
+	orQ, arQ     *controller.Queue
 	// observe, when set (by tests), is called as the cancel of a queue key starts, and what it
 	// returns when it ends.
 	observe func(key string) func()
@@ -135,8 +132,6 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{},
 		ors: map[string]cache.SharedIndexInformer{}, ars: map[string]cache.SharedIndexInformer{},
 		jobs: map[string]cache.SharedIndexInformer{}, pods: map[string]cache.SharedIndexInformer{},
-		q: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "cancels"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_cancel_propagator_cancels_total",
 			Help: "Cancel requests handled, by kind and outcome (Cancelled, CancelTimedOut, CancelIgnoredTerminal, CancelDisabled).",
@@ -165,58 +160,67 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 	if r := d.Registry; r != nil {
 		r.MustRegister(p.cancels, p.duration, p.stopped)
 	}
+	p.ctl = controller.New(controller.Options{Service: "cancel-propagator", Registry: d.Registry, Workers: cfg.Workers,
+		Observe: func(k string) func() {
+			if p.observe == nil {
+				return func() {}
+			}
+			return p.observe(k)
+		}})
+	p.orQ = p.ctl.AddQueue(kindOR, reconciler(p.reconcileOR))
+	p.arQ = p.ctl.AddQueue(kindAR, reconciler(p.reconcileAR))
 	return p, nil
 }
 
+// key names a run across both queues: "<kind>/<namespace>/<name>".
 func key(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
-func splitKey(k string) (kind, ns, name string) {
+// enqueue adds the run named by k (key) to its kind's queue.
+func (p *Propagator) enqueue(k string) { p.enqueueAfter(k, 0) }
+
+// enqueueAfter adds the run named by k (key) to its kind's queue after d.
+func (p *Propagator) enqueueAfter(k string, d time.Duration) {
 	parts := strings.SplitN(k, "/", 3)
-	return parts[0], parts[1], parts[2]
+	if len(parts) != 3 {
+		return
+	}
+	q := p.arQ
+	if parts[0] == kindOR {
+		q = p.orQ
+	}
+	if d > 0 {
+		q.AddAfter(parts[1]+"/"+parts[2], d)
+	} else {
+		q.Add(parts[1] + "/" + parts[2])
+	}
+}
+
+// reconciler adapts a cancel of (namespace, name) to the scaffold's.
+func reconciler(fn func(ctx context.Context, ns, name string) error) controller.Reconciler {
+	return func(ctx context.Context, k string) (controller.Result, error) {
+		ns, name := controller.SplitKey(k)
+		return controller.Result{}, fn(ctx, ns, name)
+	}
 }
 
 func controllerRef(refs []metav1.OwnerReference, kind string) *metav1.OwnerReference {
-	for i := range refs {
-		if refs[i].Kind == kind && refs[i].Controller != nil && *refs[i].Controller {
-			return &refs[i]
-		}
-	}
-	return nil
+	return controller.ControllerOf(refs, kind)
 }
 
-func unwrap(obj any) any {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
-}
+func unwrap(obj any) any { return controller.Unwrap(obj) }
 
-// Run watches the runs, their Jobs and pods until ctx ends.
 // Synced reports whether Run's informers have synced their caches.
 func (p *Propagator) Synced() bool { return p.synced.Load() }
 
+// Run watches the runs, their Jobs and pods until ctx ends.
 func (p *Propagator) Run(ctx context.Context) error {
-	defer p.q.ShutDown()
-	var synced []cache.InformerSynced
 	for _, ns := range p.cfg.Namespaces {
 		p.ors[ns] = kube.NewInformer(p.orch, "orchestrationruns", ns, &orchv1alpha1.OrchestrationRun{}, nil)
-		p.ars[ns] = kube.NewInformer(p.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, cache.Indexers{byOwner: func(obj any) ([]string, error) {
-			ar := obj.(*agentsv1alpha1.AgentRun)
-			if ref := controllerRef(ar.OwnerReferences, kindOR); ref != nil {
-				return []string{ar.Namespace + "/" + ref.Name}, nil
-			}
-			return nil, nil
-		}})
+		p.ars[ns] = kube.NewInformer(p.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, cache.Indexers{byOwner: controller.IndexByController(kindOR)})
 		f := informers.NewSharedInformerFactoryWithOptions(p.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = jobresult.Selector }))
 		p.jobs[ns] = f.Batch().V1().Jobs().Informer()
-		utilruntime.Must(p.jobs[ns].AddIndexers(cache.Indexers{byOwner: func(obj any) ([]string, error) {
-			j := obj.(*batchv1.Job)
-			if ref := controllerRef(j.OwnerReferences, kindAR); ref != nil {
-				return []string{j.Namespace + "/" + ref.Name}, nil
-			}
-			return nil, nil
-		}}))
+		utilruntime.Must(p.jobs[ns].AddIndexers(cache.Indexers{byOwner: controller.IndexByController(kindAR)}))
 		p.pods[ns] = f.Core().V1().Pods().Informer()
 		utilruntime.Must(p.pods[ns].AddIndexers(cache.Indexers{byJobUID: func(obj any) ([]string, error) {
 			if ref := controllerRef(obj.(*corev1.Pod).OwnerReferences, "Job"); ref != nil {
@@ -225,32 +229,19 @@ func (p *Propagator) Run(ctx context.Context) error {
 			return nil, nil
 		}}))
 		p.handlers(ns)
-		for _, inf := range []cache.SharedIndexInformer{p.ors[ns], p.ars[ns], p.jobs[ns], p.pods[ns]} {
-			go inf.RunWithContext(ctx)
-			synced = append(synced, inf.HasSynced)
-		}
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil
-	}
-	p.synced.Store(true)
-	logging.FromContext(ctx).Info("caches synced; propagating cancels", "namespaces", p.cfg.Namespaces,
-		"enabled", p.cfg.Enabled, "timeout", p.cfg.Timeout)
-	var wg sync.WaitGroup
-	for range p.cfg.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, p.work, time.Second) })
-	}
-	<-ctx.Done()
-	p.q.ShutDown()
-	wg.Wait()
-	return nil
+	return p.ctl.Run(ctx, func(ctx context.Context) {
+		p.synced.Store(true)
+		logging.FromContext(ctx).Info("caches synced; propagating cancels", "namespaces", p.cfg.Namespaces,
+			"enabled", p.cfg.Enabled, "timeout", p.cfg.Timeout)
+	})
 }
 
 // handlers enqueue a cancelled run whenever it, or anything under it, changes.
 func (p *Propagator) handlers(ns string) {
 	onOR := func(obj any) {
 		if or, ok := unwrap(obj).(*orchv1alpha1.OrchestrationRun); ok && or.Spec.Cancel {
-			p.q.Add(key(kindOR, or.Namespace, or.Name))
+			p.enqueue(key(kindOR, or.Namespace, or.Name))
 		}
 	}
 	onAR := func(obj any) {
@@ -259,16 +250,16 @@ func (p *Propagator) handlers(ns string) {
 			return
 		}
 		if ar.Spec.Cancel {
-			p.q.Add(key(kindAR, ar.Namespace, ar.Name))
+			p.enqueue(key(kindAR, ar.Namespace, ar.Name))
 		}
 		if ref := controllerRef(ar.OwnerReferences, kindOR); ref != nil {
-			p.q.Add(key(kindOR, ar.Namespace, ref.Name))
+			p.enqueue(key(kindOR, ar.Namespace, ref.Name))
 		}
 	}
 	onJob := func(obj any) {
 		if j, ok := unwrap(obj).(*batchv1.Job); ok {
 			if ref := controllerRef(j.OwnerReferences, kindAR); ref != nil {
-				p.q.Add(key(kindAR, j.Namespace, ref.Name))
+				p.enqueue(key(kindAR, j.Namespace, ref.Name))
 			}
 		}
 	}
@@ -283,7 +274,7 @@ func (p *Propagator) handlers(ns string) {
 			k, ok := p.jobRun[ref.UID]
 			p.mu.Unlock()
 			if ok {
-				p.q.Add(k)
+				p.enqueue(k)
 			} else if o, ok, _ := p.jobs[ns].GetStore().GetByKey(ns + "/" + ref.Name); ok {
 				onJob(o)
 			}
@@ -318,41 +309,9 @@ func (p *Propagator) handlers(ns string) {
 				fn(o)
 			}
 		}
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		p.ctl.Watch(inf, cache.ResourceEventHandlerFuncs{
 			AddFunc: fn, UpdateFunc: func(_, o any) { fn(o) }, DeleteFunc: del,
 		})
-	}
-}
-
-func (p *Propagator) work(ctx context.Context) {
-	tracer := otel.Tracer("github.com/agentplane/agentplane/services/cancel-propagator")
-	for {
-		k, shutdown := p.q.Get()
-		if shutdown {
-			return
-		}
-		func() {
-			defer p.q.Done(k)
-			if p.observe != nil {
-				defer p.observe(k)()
-			}
-			kind, ns, name := splitKey(k)
-			ctx, span := tracer.Start(ctx, "Cancel "+kind, trace.WithAttributes(attribute.String("k8s.namespace", ns), attribute.String("k8s.object", name)))
-			defer span.End()
-			var err error
-			if kind == kindOR {
-				err = p.reconcileOR(ctx, ns, name)
-			} else {
-				err = p.reconcileAR(ctx, ns, name)
-			}
-			if err != nil {
-				span.RecordError(err)
-				logging.FromContext(ctx).Warn("cancel; retrying with backoff", "kind", kind, "run", ns+"/"+name, "err", err)
-				p.q.AddRateLimited(k)
-				return
-			}
-			p.q.Forget(k)
-		}()
 	}
 }
 
@@ -433,7 +392,7 @@ func (p *Propagator) finish(ctx context.Context, r run, k string, at time.Time, 
 	if len(left) > 0 {
 		if elapsed < p.cfg.Timeout {
 			// Events bring the run back as its children stop; a look every 2s is the safety net.
-			p.q.AddAfter(k, min(2*time.Second, p.cfg.Timeout-elapsed))
+			p.enqueueAfter(k, min(2*time.Second, p.cfg.Timeout-elapsed))
 			return false, nil
 		}
 		reason = reasons.CancelTimedOut
@@ -627,7 +586,7 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 			}
 			for _, pod := range l.Items {
 				if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-					p.q.AddAfter(key(kindAR, ns, name), 500*time.Millisecond)
+					p.enqueueAfter(key(kindAR, ns, name), 500*time.Millisecond)
 					return nil
 				}
 			}
@@ -774,7 +733,7 @@ func (p *Propagator) stopWorkflows(ctx context.Context, k, ns string, uid types.
 	}
 	if len(left) > 0 {
 		// Workflows are not watched: look again shortly.
-		p.q.AddAfter(k, time.Second)
+		p.enqueueAfter(k, time.Second)
 	}
 	return left, nil
 }

@@ -178,7 +178,7 @@ func (f *fixture) settle(kind, name string) {
 	f.t.Helper()
 	k := key(kind, f.ns, name)
 	mark := f.rec.Mark(k)
-	f.p.q.Add(k)
+	f.p.enqueue(k)
 	f.rec.AwaitAfter(f.t, k, mark, time.Minute)
 }
 

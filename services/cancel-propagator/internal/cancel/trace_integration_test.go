@@ -75,7 +75,7 @@ func TestACancelIsOneTrace(t *testing.T) {
 		var reconcile, write sdktrace.ReadOnlySpan
 		for _, s := range rec.Ended() {
 			switch {
-			case s.Name() == "Cancel AgentRun" && reconcile == nil:
+			case s.Name() == "Reconcile AgentRun" && reconcile == nil:
 				reconcile = s
 			case s.Name() == "agentplane.v1.StatusWriter/WriteStatus" && s.SpanKind().String() == "server" && write == nil:
 				write = s

@@ -24,9 +24,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
@@ -36,15 +33,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/kube"
@@ -81,7 +77,8 @@ type GC struct {
 	d          Deps
 	agents     *rest.RESTClient
 	jobs, runs map[string]cache.SharedIndexInformer
-	jobQ, runQ workqueue.TypedRateLimitingInterface[string]
+	ctl        *controller.Controller
+	jobQ, runQ *controller.Queue
 
 	mu     sync.Mutex
 	warned map[types.UID]bool // Jobs a JobResultHeld Warning was raised for
@@ -106,14 +103,9 @@ func New(cfg Config, d Deps) (*GC, error) {
 	if cfg.Workers < 1 {
 		cfg.Workers = 4
 	}
-	queue := func(name string) workqueue.TypedRateLimitingInterface[string] {
-		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
-	}
 	g := &GC{
 		cfg: cfg, d: d, agents: agents, warned: map[types.UID]bool{},
 		jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{},
-		jobQ: queue("jobs"), runQ: queue("agentruns"),
 		released: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_job_gc_holds_released_total", Help: "job-result finalizers released, by why.",
 		}, []string{"why"}),
@@ -127,6 +119,9 @@ func New(cfg Config, d Deps) (*GC, error) {
 			Name: "agentplane_job_gc_missing_job_failures_total", Help: "AgentRuns failed with WorkflowJobMissing after the grace period, by namespace.",
 		}, []string{"namespace"}),
 	}
+	g.ctl = controller.New(controller.Options{Service: "job-gc", Registry: d.Registry, Workers: cfg.Workers})
+	g.jobQ = g.ctl.AddQueue("Job", noResult(g.reconcileJob))
+	g.runQ = g.ctl.AddQueue("AgentRun", noResult(g.reconcileRun))
 	// Every namespace's series exists from the start, so alerts on increase() see the first one.
 	for _, ns := range cfg.Namespaces {
 		g.missing.WithLabelValues(ns)
@@ -149,31 +144,15 @@ func New(cfg Config, d Deps) (*GC, error) {
 
 // Run watches Jobs and AgentRuns until ctx ends.
 func (g *GC) Run(ctx context.Context) error {
-	defer g.jobQ.ShutDown()
-	defer g.runQ.ShutDown()
-	var synced []cache.InformerSynced
 	for _, ns := range g.cfg.Namespaces {
 		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = jobresult.Selector
 			}))
 		g.jobs[ns] = f.Batch().V1().Jobs().Informer()
-		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{byRun: func(obj any) ([]string, error) {
-			j := obj.(*batchv1.Job)
-			if ref := owner(j); ref != nil {
-				return []string{j.Namespace + "/" + ref.Name}, nil
-			}
-			return nil, nil
-		}}))
+		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{byRun: controller.IndexByController("AgentRun")}))
 		g.runs[ns] = kube.NewInformer(g.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, nil)
-		onJob := func(obj any, deleted bool) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			j, ok := obj.(*batchv1.Job)
-			if !ok {
-				return
-			}
+		g.ctl.Watch(g.jobs[ns], controller.Handler(func(j *batchv1.Job, deleted bool) {
 			if deleted {
 				g.mu.Lock()
 				delete(g.warned, j.UID)
@@ -184,91 +163,32 @@ func (g *GC) Run(ctx context.Context) error {
 			if ref := owner(j); ref != nil {
 				g.runQ.Add(j.Namespace + "/" + ref.Name)
 			}
-		}
-		_, _ = g.jobs[ns].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { onJob(o, false) },
-			UpdateFunc: func(_, o any) { onJob(o, false) },
-			DeleteFunc: func(o any) { onJob(o, true) },
-		})
-		onRun := func(obj any, deleted bool) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			ar, ok := obj.(*agentsv1alpha1.AgentRun)
-			if !ok {
-				return
-			}
+		}))
+		g.ctl.Watch(g.runs[ns], controller.Handler(func(ar *agentsv1alpha1.AgentRun, deleted bool) {
 			key := ar.Namespace + "/" + ar.Name
 			if !deleted {
 				g.runQ.Add(key)
 			}
-			items, _ := g.jobs[ar.Namespace].GetIndexer().ByIndex(byRun, key)
-			for _, it := range items {
-				j := it.(*batchv1.Job)
+			for _, j := range controller.ByIndex[*batchv1.Job](g.jobs[ar.Namespace], byRun, key) {
 				g.jobQ.Add(j.Namespace + "/" + j.Name)
 			}
-		}
-		_, _ = g.runs[ns].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { onRun(o, false) },
-			UpdateFunc: func(_, o any) { onRun(o, false) },
-			DeleteFunc: func(o any) { onRun(o, true) },
-		})
-		for _, inf := range []cache.SharedIndexInformer{g.jobs[ns], g.runs[ns]} {
-			go inf.RunWithContext(ctx)
-			synced = append(synced, inf.HasSynced)
-		}
+		}))
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil
-	}
-	logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.cfg.Namespaces,
-		"retention", g.cfg.Retention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
-	var wg sync.WaitGroup
-	for range g.cfg.Workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.jobQ, "Reconcile Job", g.reconcileJob) }, time.Second)
-		})
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) { g.work(ctx, g.runQ, "Reconcile AgentRun", g.reconcileRun) }, time.Second)
-		})
-	}
-	<-ctx.Done()
-	g.jobQ.ShutDown()
-	g.runQ.ShutDown()
-	wg.Wait()
-	return nil
+	return g.ctl.Run(ctx, func(ctx context.Context) {
+		logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.cfg.Namespaces,
+			"retention", g.cfg.Retention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
+	})
 }
 
-func (g *GC) work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], span string, fn func(context.Context, string) error) {
-	tracer := otel.Tracer("github.com/agentplane/agentplane/services/job-gc")
-	for {
-		key, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		func() {
-			defer q.Done(key)
-			ctx, sp := tracer.Start(ctx, span, trace.WithAttributes(attribute.String("k8s.object", key)))
-			defer sp.End()
-			if err := fn(ctx, key); err != nil {
-				sp.RecordError(err)
-				logging.FromContext(ctx).Warn(strings.ToLower(span)+"; retrying with backoff", "object", key, "err", err)
-				q.AddRateLimited(key)
-				return
-			}
-			q.Forget(key)
-		}()
+// noResult adapts a reconcile that schedules its own look-again (AddAfter) to the scaffold's.
+func noResult(fn func(context.Context, string) error) controller.Reconciler {
+	return func(ctx context.Context, key string) (controller.Result, error) {
+		return controller.Result{}, fn(ctx, key)
 	}
 }
 
 func owner(j *batchv1.Job) *metav1.OwnerReference {
-	for i := range j.OwnerReferences {
-		r := &j.OwnerReferences[i]
-		if r.Kind == "AgentRun" && r.Controller != nil && *r.Controller {
-			return r
-		}
-	}
-	return nil
+	return controller.ControllerOf(j.OwnerReferences, "AgentRun")
 }
 
 // finishedAt is when the Job completed or failed, or zero while it runs.

@@ -254,7 +254,7 @@ func (c *Controller) startJob(ctx context.Context, ar *agentsv1alpha1.AgentRun, 
 			if err != nil {
 				return nil, result{}, &problem{reason: reasons.ReconcileError, message: err.Error()}
 			}
-			return nil, result{after: d.retryAfter}, nil
+			return nil, result{RequeueAfter: d.retryAfter}, nil
 		}
 	}
 	job, err := c.buildJob(w)

@@ -1,33 +1,24 @@
 package controller
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 )
 
-// Metrics are run-controller's Prometheus metrics.
+// Metrics are run-controller's own Prometheus metrics; the scaffold (libs/controller) adds the
+// reconcile and queue metrics (agentplane_run_controller_reconcile_duration_seconds{kind},
+// _reconcile_errors_total{kind}, _reconcile_panics_total{kind}, _queue_depth{kind}) and client-go's.
 type Metrics struct {
-	reconciles    *prometheus.HistogramVec
-	reconcileErrs *prometheus.CounterVec
-	jobsCreated   prometheus.Counter
-	statusWrites  *prometheus.CounterVec
-	events        *prometheus.CounterVec
-	reg           prometheus.Registerer
+	jobsCreated  prometheus.Counter
+	statusWrites *prometheus.CounterVec
+	events       *prometheus.CounterVec
+	reg          prometheus.Registerer
 }
 
 // NewMetrics registers the metrics on reg (nil: not registered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		reconciles: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "agentplane_run_controller_reconcile_duration_seconds", Help: "Time one reconcile took, by kind.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"kind"}),
-		reconcileErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agentplane_run_controller_reconcile_errors_total", Help: "Reconciles that failed and were retried with backoff, by kind.",
-		}, []string{"kind"}),
 		jobsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentplane_run_controller_jobs_created_total", Help: "Jobs created for AgentRuns.",
 		}),
@@ -39,20 +30,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason", "outcome"}),
 		reg: reg,
 	}
-	for _, kind := range []string{"AgentRun", "OrchestrationRun"} { // series exist before the first error, for alerts
-		m.reconcileErrs.WithLabelValues(kind)
-	}
 	if reg != nil {
-		reg.MustRegister(m.reconciles, m.reconcileErrs, m.jobsCreated, m.statusWrites, m.events)
+		reg.MustRegister(m.jobsCreated, m.statusWrites, m.events)
 	}
 	return m
-}
-
-func (m *Metrics) observeReconcile(kind string, d time.Duration, err error) {
-	m.reconciles.WithLabelValues(kind).Observe(d.Seconds())
-	if err != nil {
-		m.reconcileErrs.WithLabelValues(kind).Inc()
-	}
 }
 
 // bind registers the metrics read from the controller's caches and queues at scrape time.
@@ -61,10 +42,6 @@ func (m *Metrics) bind(c *Controller) {
 		return
 	}
 	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentplane_run_controller_queue_depth", Help: "Items waiting in the work queue.",
-			ConstLabels: prometheus.Labels{"kind": "AgentRun"}}, func() float64 { return float64(c.runQ.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentplane_run_controller_queue_depth", Help: "Items waiting in the work queue.",
-			ConstLabels: prometheus.Labels{"kind": "OrchestrationRun"}}, func() float64 { return float64(c.orchQ.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentplane_run_controller_active_runs",
 			Help: "Runs counted against the concurrency limits (started, not finished)."}, func() float64 { return float64(c.limits.activeCount()) }),
 		&phaseCollector{c: c, desc: prometheus.NewDesc("agentplane_run_controller_runs", "AgentRuns in the controller's cache, by phase.", []string{"phase"}, nil)},

@@ -135,7 +135,7 @@ func (c *Controller) reconcileWorkflowRun(ctx context.Context, ar *agentsv1alpha
 				if at.After(now.Time) {
 					setStepPhase(&rec, ReasonRetrying, fmt.Sprintf("attempt %d failed (%s); attempt %d at %s", attempt, r, attempt+1, at.UTC().Format("15:04:05")), now)
 					rec.NextRetryAt = &at
-					res.after = at.Sub(now.Time)
+					res.RequeueAfter = at.Sub(now.Time)
 				} else {
 					next = attempt + 1
 				}
