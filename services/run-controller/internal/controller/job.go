@@ -104,94 +104,18 @@ func (c *Controller) buildJob(w work) (*batchv1.Job, error) {
 			ann[k] = v
 		}
 	}
-	env := []corev1.EnvVar{
-		{Name: "AGENTRUN_NAME", Value: w.run.Name},
-		{Name: "AGENTRUN_NAMESPACE", Value: w.run.Namespace},
-		{Name: "AGENT_NAME", Value: w.agent.Name},
-		{Name: "AGENT_PROVIDER", Value: w.agent.Spec.ProviderRef.Name},
-	}
-	if w.step != "" {
-		env = append(env, corev1.EnvVar{Name: "AGENTRUN_STEP", Value: w.step},
-			corev1.EnvVar{Name: "AGENTRUN_ATTEMPT", Value: strconv.Itoa(int(w.attempt))})
-	}
-	// The simulate-* annotations reach the container through the downward API, so that an agent
-	// on a real node (the example agent, examples/agent) can do what kwok's Stages make a
-	// simulated pod do.
-	for _, a := range []struct{ annotation, name string }{
-		{agentsv1alpha1.AnnotationSimulateDuration, "AGENTPLANE_SIMULATE_DURATION"},
-		{agentsv1alpha1.AnnotationSimulateExitCode, "AGENTPLANE_SIMULATE_EXIT_CODE"},
-	} {
-		if _, ok := ann[a.annotation]; ok {
-			env = append(env, corev1.EnvVar{Name: a.name, ValueFrom: &corev1.EnvVarSource{
-				FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", a.annotation)},
-			}})
-		}
-	}
-	for _, e := range w.agent.Spec.Env {
-		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
-	}
-	if len(w.params) > 0 {
-		raw, _ := json.Marshal(w.params)
-		env = append(env, corev1.EnvVar{Name: "AGENT_PARAMETERS", Value: string(raw)})
-		keys := make([]string, 0, len(w.params))
-		for k := range w.params {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			env = append(env, corev1.EnvVar{Name: "PARAM_" + strings.Trim(notEnvChar.ReplaceAllString(strings.ToUpper(k), "_"), "_"), Value: w.params[k]})
-		}
-	}
-	if w.impl != "" {
-		env = append(env, corev1.EnvVar{Name: "AGENT_IMPLEMENTATION", Value: w.impl})
-	}
-	if w.implRef != "" {
-		env = append(env, corev1.EnvVar{Name: "AGENT_IMPLEMENTATION_SPEC_REF", Value: w.implRef})
-	}
+	env := jobEnv(w, ann)
 	var envFrom []corev1.EnvFromSource
 	for _, s := range w.run.Spec.Secrets {
 		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s}}})
 	}
-	var res corev1.ResourceRequirements
-	if w.res != nil {
-		var err error
-		if res.Requests, err = quantities("requests", w.res.Requests); err != nil {
-			return nil, err
-		}
-		if res.Limits, err = quantities("limits", w.res.Limits); err != nil {
-			return nil, err
-		}
+	res, err := jobResources(w.res)
+	if err != nil {
+		return nil, err
 	}
-	var vols []corev1.Volume
-	var mounts []corev1.VolumeMount
-	for _, v := range w.volumes {
-		vol := corev1.Volume{Name: v.Name}
-		switch v.Type {
-		case "emptyDir":
-			ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMedium(v.Medium)}
-			if v.SizeLimit != "" {
-				q, err := resource.ParseQuantity(v.SizeLimit)
-				if err != nil {
-					return nil, fmt.Errorf("volume %s: sizeLimit %q is not a quantity", v.Name, v.SizeLimit)
-				}
-				ed.SizeLimit = &q
-			}
-			vol.EmptyDir = ed
-		case "pvc":
-			if v.ClaimName == "" {
-				return nil, fmt.Errorf("volume %s: type pvc needs claimName", v.Name)
-			}
-			vol.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.ClaimName, ReadOnly: v.ReadOnly}
-		case "secret":
-			if v.SecretName == "" {
-				return nil, fmt.Errorf("volume %s: type secret needs secretName", v.Name)
-			}
-			vol.Secret = &corev1.SecretVolumeSource{SecretName: v.SecretName}
-		default:
-			return nil, fmt.Errorf("volume %s: type %q is not emptyDir, pvc or secret", v.Name, v.Type)
-		}
-		vols = append(vols, vol)
-		mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, ReadOnly: v.ReadOnly})
+	vols, mounts, err := jobVolumes(w.volumes)
+	if err != nil {
+		return nil, err
 	}
 	var finalizers []string
 	if c.cfg.JobFinalizer {
@@ -275,4 +199,106 @@ func secretsOf(ar *agentsv1alpha1.AgentRun) []string {
 		}
 	}
 	return out
+}
+
+// jobEnv is the agent container's environment: who it runs for, the Agent's env, the parameters
+// (as AGENT_PARAMETERS JSON and one PARAM_<NAME> each), the implementation, and the simulate-*
+// annotations of ann through the downward API.
+func jobEnv(w work, ann map[string]string) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: "AGENTRUN_NAME", Value: w.run.Name},
+		{Name: "AGENTRUN_NAMESPACE", Value: w.run.Namespace},
+		{Name: "AGENT_NAME", Value: w.agent.Name},
+		{Name: "AGENT_PROVIDER", Value: w.agent.Spec.ProviderRef.Name},
+	}
+	if w.step != "" {
+		env = append(env, corev1.EnvVar{Name: "AGENTRUN_STEP", Value: w.step},
+			corev1.EnvVar{Name: "AGENTRUN_ATTEMPT", Value: strconv.Itoa(int(w.attempt))})
+	}
+	// The simulate-* annotations reach the container through the downward API, so that an agent
+	// on a real node (the example agent, examples/agent) can do what kwok's Stages make a
+	// simulated pod do.
+	for _, a := range []struct{ annotation, name string }{
+		{agentsv1alpha1.AnnotationSimulateDuration, "AGENTPLANE_SIMULATE_DURATION"},
+		{agentsv1alpha1.AnnotationSimulateExitCode, "AGENTPLANE_SIMULATE_EXIT_CODE"},
+	} {
+		if _, ok := ann[a.annotation]; ok {
+			env = append(env, corev1.EnvVar{Name: a.name, ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", a.annotation)},
+			}})
+		}
+	}
+	for _, e := range w.agent.Spec.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if len(w.params) > 0 {
+		raw, _ := json.Marshal(w.params)
+		env = append(env, corev1.EnvVar{Name: "AGENT_PARAMETERS", Value: string(raw)})
+		keys := make([]string, 0, len(w.params))
+		for k := range w.params {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			env = append(env, corev1.EnvVar{Name: "PARAM_" + strings.Trim(notEnvChar.ReplaceAllString(strings.ToUpper(k), "_"), "_"), Value: w.params[k]})
+		}
+	}
+	if w.impl != "" {
+		env = append(env, corev1.EnvVar{Name: "AGENT_IMPLEMENTATION", Value: w.impl})
+	}
+	if w.implRef != "" {
+		env = append(env, corev1.EnvVar{Name: "AGENT_IMPLEMENTATION_SPEC_REF", Value: w.implRef})
+	}
+	return env
+}
+
+// jobResources are the container's requests and limits; an error names the quantity that is not one.
+func jobResources(r *agentsv1alpha1.WorkloadResources) (corev1.ResourceRequirements, error) {
+	var res corev1.ResourceRequirements
+	if r != nil {
+		var err error
+		if res.Requests, err = quantities("requests", r.Requests); err != nil {
+			return res, err
+		}
+		if res.Limits, err = quantities("limits", r.Limits); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// jobVolumes are the pod's volumes and the container's mounts; an error names the volume that is wrong.
+func jobVolumes(volumes []agentsv1alpha1.WorkloadVolume) ([]corev1.Volume, []corev1.VolumeMount, error) {
+	var vols []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for _, v := range volumes {
+		vol := corev1.Volume{Name: v.Name}
+		switch v.Type {
+		case "emptyDir":
+			ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMedium(v.Medium)}
+			if v.SizeLimit != "" {
+				q, err := resource.ParseQuantity(v.SizeLimit)
+				if err != nil {
+					return nil, nil, fmt.Errorf("volume %s: sizeLimit %q is not a quantity", v.Name, v.SizeLimit)
+				}
+				ed.SizeLimit = &q
+			}
+			vol.EmptyDir = ed
+		case "pvc":
+			if v.ClaimName == "" {
+				return nil, nil, fmt.Errorf("volume %s: type pvc needs claimName", v.Name)
+			}
+			vol.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.ClaimName, ReadOnly: v.ReadOnly}
+		case "secret":
+			if v.SecretName == "" {
+				return nil, nil, fmt.Errorf("volume %s: type secret needs secretName", v.Name)
+			}
+			vol.Secret = &corev1.SecretVolumeSource{SecretName: v.SecretName}
+		default:
+			return nil, nil, fmt.Errorf("volume %s: type %q is not emptyDir, pvc or secret", v.Name, v.Type)
+		}
+		vols = append(vols, vol)
+		mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, ReadOnly: v.ReadOnly})
+	}
+	return vols, mounts, nil
 }

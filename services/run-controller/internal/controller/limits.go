@@ -109,7 +109,68 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 		a.active[key] = s
 		return decision{start: true}
 	}
-	// Runs created before this one that have not started: they go first.
+	a.pruneStarts(now)
+	older := a.olderWaiting(ar, key)
+	// free is how many of the runs created before this one can start now: the fewest slots
+	// left in any of its limited scopes. Those runs are not waiting, so they do not count
+	// against the queue limits.
+	wait, free := a.concurrencyWait(s, older)
+	rateWait, rateFree := a.rateWait(s, older, now)
+	free = min(free, rateFree)
+	if wait == nil {
+		wait = rateWait
+	}
+	if wait == nil {
+		a.active[key] = s
+		a.starts = append(a.starts, startRecord{at: now, s: s})
+		return decision{start: true}
+	}
+	if refused := a.queueFull(s, older, free); refused != nil {
+		a.held[key] = true
+		return *refused
+	}
+	return *wait
+}
+
+// limitScope is one limit a run counts against: the cluster's, its namespace's, its Agent's or
+// its repository's.
+type limitScope struct {
+	kind, name, env string
+	limit           int
+	match           func(scopes) bool
+}
+
+// scopesFor are the run's scopes for the three limits of one family (concurrency, rate, queue),
+// cluster first; the last is its Agent (concurrency) or its repository (rate, queue).
+func scopesFor(s scopes, envs [3]string, limits [3]int, lastIsAgent bool) []limitScope {
+	out := []limitScope{
+		{"cluster", "the cluster", envs[0], limits[0], func(scopes) bool { return true }},
+		{"namespace", "namespace " + s.ns, envs[1], limits[1], func(o scopes) bool { return o.ns == s.ns }},
+	}
+	if lastIsAgent {
+		return append(out, limitScope{"agent", "agent " + s.agent, envs[2], limits[2], func(o scopes) bool { return o.agent == s.agent }})
+	}
+	if s.repo == "" { // a run with no repository counts against no repository limit
+		return out
+	}
+	return append(out, limitScope{"repo", "repository " + s.repo, envs[2], limits[2], func(o scopes) bool { return o.repo == s.repo }})
+}
+
+// pruneStarts forgets starts older than the rate window.
+func (a *admission) pruneStarts(now time.Time) {
+	window := now.Add(-a.l.RateWindow)
+	kept := a.starts[:0]
+	for _, st := range a.starts {
+		if st.at.After(window) {
+			kept = append(kept, st)
+		}
+	}
+	a.starts = kept
+}
+
+// olderWaiting are the scopes of the runs created before ar that have not started and are not
+// held: they go first.
+func (a *admission) olderWaiting(ar *agentsv1alpha1.AgentRun, key string) []scopes {
 	var older []scopes
 	for _, o := range a.notStarted() {
 		ok := nsKey(o.Namespace, o.Name)
@@ -123,116 +184,94 @@ func (a *admission) admit(ar *agentsv1alpha1.AgentRun, now time.Time) decision {
 			older = append(older, scopesOf(o))
 		}
 	}
-	type scope struct {
-		kind, name, env string
-		limit           int
-		match           func(scopes) bool
-	}
-	window := now.Add(-a.l.RateWindow)
-	kept := a.starts[:0]
-	for _, st := range a.starts {
-		if st.at.After(window) {
-			kept = append(kept, st)
-		}
-	}
-	a.starts = kept
-	countOlder := func(m func(scopes) bool) int {
-		n := 0
-		for _, o := range older {
-			if m(o) {
-				n++
-			}
-		}
-		return n
-	}
-	all := func(scopes) bool { return true }
-	inNS := func(o scopes) bool { return o.ns == s.ns }
-	ofAgent := func(o scopes) bool { return o.agent == s.agent }
-	inRepo := func(o scopes) bool { return s.repo != "" && o.repo == s.repo }
+	return older
+}
 
-	var wait *decision
-	// free is how many of the runs created before this one can start now: the fewest slots
-	// left in any of its limited scopes. Those runs are not waiting, so they do not count
-	// against the queue limits.
-	free := int(^uint(0) >> 1)
-	conc := []scope{
-		{"cluster", "the cluster", envConcCluster, a.l.ConcurrencyCluster, all},
-		{"namespace", "namespace " + s.ns, envConcNS, a.l.ConcurrencyNamespace, inNS},
-		{"agent", "agent " + s.agent, envConcAgent, a.l.ConcurrencyAgent, ofAgent},
+func count(of []scopes, match func(scopes) bool) int {
+	n := 0
+	for _, o := range of {
+		if match(o) {
+			n++
+		}
 	}
-	for _, sc := range conc {
+	return n
+}
+
+// concurrencyWait is the wait for a concurrency slot (nil: none), and the fewest slots left in
+// any concurrency scope.
+func (a *admission) concurrencyWait(s scopes, older []scopes) (*decision, int) {
+	var wait *decision
+	free := int(^uint(0) >> 1)
+	active := make([]scopes, 0, len(a.active))
+	for _, o := range a.active {
+		active = append(active, o)
+	}
+	for _, sc := range scopesFor(s, [3]string{envConcCluster, envConcNS, envConcAgent},
+		[3]int{a.l.ConcurrencyCluster, a.l.ConcurrencyNamespace, a.l.ConcurrencyAgent}, true) {
 		if sc.limit <= 0 {
 			continue
 		}
-		running := 0
-		for _, o := range a.active {
-			if sc.match(o) {
-				running++
-			}
-		}
+		running := count(active, sc.match)
 		free = min(free, max(0, sc.limit-running))
-		ahead := countOlder(sc.match)
+		ahead := count(older, sc.match)
 		if wait == nil && running+ahead >= sc.limit {
 			wait = &decision{reason: ReasonQueued, retryAfter: 30 * time.Second, message: fmt.Sprintf(
 				"waiting for a slot: %s runs %d of %d at once (%s=%d), %d created earlier still waiting",
 				sc.name, running, sc.limit, sc.env, sc.limit, ahead)}
 		}
 	}
-	{
-		rate := []scope{
-			{"cluster", "the cluster", envRateCluster, a.l.RateCluster, all},
-			{"namespace", "namespace " + s.ns, envRateNS, a.l.RateNamespace, inNS},
-			{"repo", "repository " + s.repo, envRateRepo, a.l.RateRepo, inRepo},
-		}
-		for _, sc := range rate {
-			if sc.limit <= 0 || (sc.kind == "repo" && s.repo == "") {
-				continue
-			}
-			var first time.Time
-			n := 0
-			for _, st := range a.starts {
-				if sc.match(st.s) {
-					if n == 0 {
-						first = st.at
-					}
-					n++
-				}
-			}
-			free = min(free, max(0, sc.limit-n))
-			ahead := countOlder(sc.match)
-			if wait == nil && n+ahead >= sc.limit {
-				after := time.Second
-				if n > 0 {
-					after = max(first.Add(a.l.RateWindow).Sub(now), 100*time.Millisecond)
-				}
-				wait = &decision{reason: ReasonQueued, retryAfter: after, message: fmt.Sprintf(
-					"waiting for the start rate: %s started %d runs in the last %s (%s=%d per %s=%d)",
-					sc.name, n, a.l.RateWindow, sc.env, sc.limit, envRateWindow, int(a.l.RateWindow.Seconds()))}
-			}
-		}
-	}
-	if wait == nil {
-		a.active[key] = s
-		a.starts = append(a.starts, startRecord{at: now, s: s})
-		return decision{start: true}
-	}
-	queues := []scope{
-		{"cluster", "the cluster", envQueueCluster, a.l.QueueCluster, all},
-		{"namespace", "namespace " + s.ns, envQueueNS, a.l.QueueNamespace, inNS},
-		{"repo", "repository " + s.repo, envQueueRepo, a.l.QueueRepo, inRepo},
-	}
-	for _, sc := range queues {
-		if sc.limit <= 0 || (sc.kind == "repo" && s.repo == "") {
+	return wait, free
+}
+
+// rateWait is the wait for the start rate (nil: none), and the fewest starts left in any rate
+// scope's window.
+func (a *admission) rateWait(s scopes, older []scopes, now time.Time) (*decision, int) {
+	var wait *decision
+	free := int(^uint(0) >> 1)
+	for _, sc := range scopesFor(s, [3]string{envRateCluster, envRateNS, envRateRepo},
+		[3]int{a.l.RateCluster, a.l.RateNamespace, a.l.RateRepo}, false) {
+		if sc.limit <= 0 {
 			continue
 		}
-		if ahead := max(0, countOlder(sc.match)-free); ahead >= sc.limit {
-			a.held[key] = true
-			return decision{refuse: true, reason: ReasonQueueFull, message: fmt.Sprintf(
+		var first time.Time
+		n := 0
+		for _, st := range a.starts {
+			if sc.match(st.s) {
+				if n == 0 {
+					first = st.at
+				}
+				n++
+			}
+		}
+		free = min(free, max(0, sc.limit-n))
+		ahead := count(older, sc.match)
+		if wait == nil && n+ahead >= sc.limit {
+			after := time.Second
+			if n > 0 {
+				after = max(first.Add(a.l.RateWindow).Sub(now), 100*time.Millisecond)
+			}
+			wait = &decision{reason: ReasonQueued, retryAfter: after, message: fmt.Sprintf(
+				"waiting for the start rate: %s started %d runs in the last %s (%s=%d per %s=%d)",
+				sc.name, n, a.l.RateWindow, sc.env, sc.limit, envRateWindow, int(a.l.RateWindow.Seconds()))}
+		}
+	}
+	return wait, free
+}
+
+// queueFull is the refusal of a run that would wait behind a full queue (nil: room).
+func (a *admission) queueFull(s scopes, older []scopes, free int) *decision {
+	for _, sc := range scopesFor(s, [3]string{envQueueCluster, envQueueNS, envQueueRepo},
+		[3]int{a.l.QueueCluster, a.l.QueueNamespace, a.l.QueueRepo}, false) {
+		if sc.limit <= 0 {
+			continue
+		}
+		if ahead := max(0, count(older, sc.match)-free); ahead >= sc.limit {
+			return &decision{refuse: true, reason: ReasonQueueFull, message: fmt.Sprintf(
 				"refused: %d runs already wait in %s's queue (%s=%d); create the run again once some have started",
 				ahead, sc.name, sc.env, sc.limit)}
 		}
 	}
-	return *wait
+	return nil
 }
 
 // markActive counts a run whose Job exists as running, even before its status says so (a Job

@@ -46,82 +46,118 @@ func (c *Controller) reconcileOrchestrationRun(ctx context.Context, ns, name str
 	if err != nil {
 		return result{}, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf("Orchestration %s: %v", orch.Name, err))
 	}
+	children := c.orchChildren(or, orch)
+	failed := failedSteps(order, children)
+	for _, s := range nextSteps(order, children, failed) {
+		ar, err := c.createChild(ctx, or, s, func(starting orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus {
+			steps, _, _ := stepStatuses(orch, children, failed)
+			for i := range steps {
+				if steps[i].Name == starting.Name {
+					steps[i] = starting
+				}
+			}
+			return steps
+		})
+		if err != nil || ar == nil { // nil: the run was cancelled meanwhile
+			return result{}, err
+		}
+		children[s.Name] = ar
+	}
+	st := orchestrationStatus(orch, children, failed)
+	if or.Status.Phase == st.phase && or.Status.Reason == st.reason && or.Status.Message == st.message &&
+		or.Status.ObservedGeneration == or.Generation && or.Status.RunID == string(or.UID) &&
+		sameJSON(or.Status.StepStatuses, st.steps) && condsSay(or.Status.Conditions, st.conds) {
+		return result{}, nil
+	}
+	return result{}, c.writeStatus(ctx, "OrchestrationRun", ns, name, string(or.UID), or.Generation, st.phase, st.reason, st.message, st.conds,
+		map[string]any{"runId": string(or.UID), "stepStatuses": st.steps})
+}
+
+// orchChildren are the run's step AgentRuns in the cache, by step name: those it controls.
+func (c *Controller) orchChildren(or *orchv1alpha1.OrchestrationRun, orch *orchv1alpha1.Orchestration) map[string]*agentsv1alpha1.AgentRun {
 	children := map[string]*agentsv1alpha1.AgentRun{}
 	for _, s := range orch.Spec.Steps {
-		if ar, ok := c.run(ns, childName(or, s.Name)); ok {
+		if ar, ok := c.run(or.Namespace, childName(or, s.Name)); ok {
 			if ref := controllerOf(ar.OwnerReferences, "OrchestrationRun"); ref != nil && ref.UID == or.UID {
 				children[s.Name] = ar
 			}
 		}
 	}
-	phaseOf := func(step string) string {
-		if ar := children[step]; ar != nil {
-			if ar.Status.Phase == "" {
-				return agentsv1alpha1.PhasePending
-			}
-			return ar.Status.Phase
+	return children
+}
+
+// stepPhase is a step's phase from its AgentRun ("" before it exists, Pending before its first status).
+func stepPhase(children map[string]*agentsv1alpha1.AgentRun, step string) string {
+	if ar := children[step]; ar != nil {
+		if ar.Status.Phase == "" {
+			return agentsv1alpha1.PhasePending
 		}
-		return ""
+		return ar.Status.Phase
 	}
+	return ""
+}
+
+// failedSteps are the steps (in order) whose AgentRun failed or was cancelled.
+func failedSteps(order []orchv1alpha1.OrchestrationStep, children map[string]*agentsv1alpha1.AgentRun) []string {
 	var failed []string
 	for _, s := range order {
-		if p := phaseOf(s.Name); p == agentsv1alpha1.PhaseFailed || p == agentsv1alpha1.PhaseCancelled {
+		if p := stepPhase(children, s.Name); p == agentsv1alpha1.PhaseFailed || p == agentsv1alpha1.PhaseCancelled {
 			failed = append(failed, s.Name)
 		}
 	}
-	if len(failed) == 0 {
-		for _, s := range order {
-			if children[s.Name] != nil {
-				continue
+	return failed
+}
+
+// nextSteps are the DAG's steps to start now, in order: those without an AgentRun whose
+// dependencies all succeeded; none once a step failed.
+func nextSteps(order []orchv1alpha1.OrchestrationStep, children map[string]*agentsv1alpha1.AgentRun, failed []string) []orchv1alpha1.OrchestrationStep {
+	if len(failed) > 0 {
+		return nil
+	}
+	var next []orchv1alpha1.OrchestrationStep
+	for _, s := range order {
+		if children[s.Name] != nil {
+			continue
+		}
+		ready := true
+		for _, d := range s.DependsOn {
+			if stepPhase(children, d) != agentsv1alpha1.PhaseSucceeded {
+				ready = false
+				break
 			}
-			ready := true
-			for _, d := range s.DependsOn {
-				if phaseOf(d) != agentsv1alpha1.PhaseSucceeded {
-					ready = false
-					break
-				}
-			}
-			if !ready {
-				continue
-			}
-			ar, err := c.createChild(ctx, or, s, func(starting orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus {
-				steps, _, _ := stepStatuses(orch, children, failed)
-				for i := range steps {
-					if steps[i].Name == starting.Name {
-						steps[i] = starting
-					}
-				}
-				return steps
-			})
-			if err != nil || ar == nil { // nil: the run was cancelled meanwhile
-				return result{}, err
-			}
-			children[s.Name] = ar
+		}
+		if ready {
+			next = append(next, s)
 		}
 	}
-	// Aggregate.
+	return next
+}
+
+// orchStatus is what an OrchestrationRun's status says.
+type orchStatus struct {
+	phase, reason, message string
+	conds                  []cond
+	steps                  []orchv1alpha1.StepStatus
+}
+
+// orchestrationStatus aggregates the steps: Failed once one failed, Succeeded when all did,
+// Running once one ran, Pending before.
+func orchestrationStatus(orch *orchv1alpha1.Orchestration, children map[string]*agentsv1alpha1.AgentRun, failed []string) orchStatus {
 	statuses, allDone, anyRan := stepStatuses(orch, children, failed)
-	phase, reason, message := agentsv1alpha1.PhasePending, "Waiting", "no step has started running yet"
-	conds := []cond{}
+	st := orchStatus{phase: agentsv1alpha1.PhasePending, reason: "Waiting", message: "no step has started running yet", conds: []cond{}, steps: statuses}
 	switch {
 	case len(failed) > 0:
 		ar := children[failed[0]]
-		phase, reason = agentsv1alpha1.PhaseFailed, ReasonStepFailed
-		message = fmt.Sprintf("step %s (AgentRun %s) %s: %s", failed[0], ar.Name, strings.ToLower(ar.Status.Phase), ar.Status.Message)
-		conds = append(conds, cond{CondReady, metav1.ConditionFalse, ReasonStepFailed, message})
+		st.phase, st.reason = agentsv1alpha1.PhaseFailed, ReasonStepFailed
+		st.message = fmt.Sprintf("step %s (AgentRun %s) %s: %s", failed[0], ar.Name, strings.ToLower(ar.Status.Phase), ar.Status.Message)
+		st.conds = append(st.conds, cond{CondReady, metav1.ConditionFalse, ReasonStepFailed, st.message})
 	case allDone:
-		phase, reason, message = agentsv1alpha1.PhaseSucceeded, ReasonCompleted, fmt.Sprintf("all %d steps succeeded", len(statuses))
-		conds = append(conds, cond{CondReady, metav1.ConditionTrue, ReasonCompleted, message})
+		st.phase, st.reason, st.message = agentsv1alpha1.PhaseSucceeded, ReasonCompleted, fmt.Sprintf("all %d steps succeeded", len(statuses))
+		st.conds = append(st.conds, cond{CondReady, metav1.ConditionTrue, ReasonCompleted, st.message})
 	case anyRan:
-		phase, reason, message = agentsv1alpha1.PhaseRunning, ReasonRunning, runningMessage(statuses)
+		st.phase, st.reason, st.message = agentsv1alpha1.PhaseRunning, ReasonRunning, runningMessage(statuses)
 	}
-	if or.Status.Phase == phase && or.Status.Reason == reason && or.Status.Message == message &&
-		or.Status.ObservedGeneration == or.Generation && or.Status.RunID == string(or.UID) &&
-		sameJSON(or.Status.StepStatuses, statuses) && condsSay(or.Status.Conditions, conds) {
-		return result{}, nil
-	}
-	return result{}, c.writeStatus(ctx, "OrchestrationRun", ns, name, string(or.UID), or.Generation, phase, reason, message, conds,
-		map[string]any{"runId": string(or.UID), "stepStatuses": statuses})
+	return st
 }
 
 func runningMessage(steps []orchv1alpha1.StepStatus) string {
