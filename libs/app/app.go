@@ -121,32 +121,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	reg := metrics.NewRegistry()
-	var serverOpts []grpc.ServerOption
-	if o.GRPCServerOptions != nil {
-		if serverOpts, err = o.GRPCServerOptions(cfg, reg); err != nil {
-			return err
-		}
-	}
-	rt := &Runtime{Config: cfg, Logger: log, Registry: reg, GRPC: grpcx.NewServer(reg, serverOpts...), Mux: http.NewServeMux()}
-	rt.SetServing("", false)
-	if o.Setup != nil {
-		if err := o.Setup(ctx, rt); err != nil {
-			return fmt.Errorf("setup: %w", err)
-		}
-	}
-	rt.GRPC.InitMetrics()
-	ms := metrics.NewServer(reg, rt.Mux)
-
-	var lc net.ListenConfig
-	grpcL, err := lc.Listen(ctx, "tcp", cfg.GRPCAddr)
+	rt, ms, err := newRuntime(ctx, o, log)
 	if err != nil {
-		return fmt.Errorf("listen for gRPC on %s: %w (set JANGAR_GRPC_HOST/JANGAR_GRPC_PORT to a free address)", cfg.GRPCAddr, err)
+		return err
 	}
-	metricsL, err := lc.Listen(ctx, "tcp", cfg.MetricsAddr)
+	grpcL, metricsL, err := listen(ctx, cfg)
 	if err != nil {
-		_ = grpcL.Close()
-		return fmt.Errorf("listen for metrics on %s: %w (set JANGAR_METRICS_ADDR to a free address)", cfg.MetricsAddr, err)
+		return err
 	}
 	if o.Listening != nil {
 		o.Listening(grpcL.Addr(), metricsL.Addr())
@@ -154,22 +135,11 @@ func Run(ctx context.Context, o Options) error {
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var wg sync.WaitGroup
-	errc := make(chan error, len(rt.tasks)+2)
-	start := func(name string, fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-				cancel(err)
-			}
-		}()
-	}
-	start("grpc server", func() error { return rt.GRPC.Serve(grpcL) })
-	start("metrics server", func() error { return ms.Serve(metricsL) })
+	tasks := newTaskGroup(len(rt.tasks)+2, cancel)
+	tasks.start("grpc server", func() error { return rt.GRPC.Serve(grpcL) })
+	tasks.start("metrics server", func() error { return ms.Serve(metricsL) })
 	for _, t := range rt.tasks {
-		start(t.name, func() error { return t.fn(runCtx) })
+		tasks.start(t.name, func() error { return t.fn(runCtx) })
 	}
 	rt.SetServing("", true)
 	ms.SetReady(true)
@@ -177,10 +147,85 @@ func Run(ctx context.Context, o Options) error {
 
 	<-runCtx.Done()
 	log.Info("shutting down", "cause", context.Cause(runCtx))
+	errs := shutdown(ctx, rt, ms, cancel, tasks)
+	flushCtx, flushDone := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer flushDone()
+	if err := shutdownTracing(flushCtx); err != nil {
+		log.Warn("flush traces", "err", err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// newRuntime builds the service's Runtime (registry, gRPC server, HTTP mux), lets the service
+// set itself up on it, and builds the metrics server.
+func newRuntime(ctx context.Context, o Options, log *slog.Logger) (*Runtime, *metrics.Server, error) {
+	cfg := o.Config
+	reg := metrics.NewRegistry()
+	var serverOpts []grpc.ServerOption
+	if o.GRPCServerOptions != nil {
+		var err error
+		if serverOpts, err = o.GRPCServerOptions(cfg, reg); err != nil {
+			return nil, nil, err
+		}
+	}
+	rt := &Runtime{Config: cfg, Logger: log, Registry: reg, GRPC: grpcx.NewServer(reg, serverOpts...), Mux: http.NewServeMux()}
+	rt.SetServing("", false)
+	if o.Setup != nil {
+		if err := o.Setup(ctx, rt); err != nil {
+			return nil, nil, fmt.Errorf("setup: %w", err)
+		}
+	}
+	rt.GRPC.InitMetrics()
+	return rt, metrics.NewServer(reg, rt.Mux), nil
+}
+
+// listen opens the gRPC and metrics listeners.
+func listen(ctx context.Context, cfg config.Service) (grpcL, metricsL net.Listener, err error) {
+	var lc net.ListenConfig
+	grpcL, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen for gRPC on %s: %w (set JANGAR_GRPC_HOST/JANGAR_GRPC_PORT to a free address)", cfg.GRPCAddr, err)
+	}
+	metricsL, err = lc.Listen(ctx, "tcp", cfg.MetricsAddr)
+	if err != nil {
+		_ = grpcL.Close()
+		return nil, nil, fmt.Errorf("listen for metrics on %s: %w (set JANGAR_METRICS_ADDR to a free address)", cfg.MetricsAddr, err)
+	}
+	return grpcL, metricsL, nil
+}
+
+// taskGroup runs the servers and background tasks; the first to fail cancels the rest.
+type taskGroup struct {
+	wg     sync.WaitGroup
+	errc   chan error
+	cancel context.CancelCauseFunc
+}
+
+func newTaskGroup(n int, cancel context.CancelCauseFunc) *taskGroup {
+	return &taskGroup{errc: make(chan error, n), cancel: cancel}
+}
+
+func (g *taskGroup) start(name string, fn func() error) {
+	g.wg.Go(func() {
+		if err := fn(); err != nil {
+			g.errc <- fmt.Errorf("%s: %w", name, err)
+			g.cancel(err)
+		}
+	})
+}
+
+// shutdown drains the gRPC server (its watchers told NOT_SERVING first), stops the metrics
+// server and waits for the tasks, all within the shutdown timeout; it returns what failed.
+func shutdown(ctx context.Context, rt *Runtime, ms *metrics.Server, cancel context.CancelCauseFunc, tasks *taskGroup) []error {
+	log := rt.Logger
 	rt.GRPC.Health.Shutdown()
 	ms.SetReady(false)
 
-	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), rt.Config.ShutdownTimeout)
 	defer done()
 	cancel(context.Canceled)
 	stopped := make(chan struct{})
@@ -203,7 +248,7 @@ func Run(ctx context.Context, o Options) error {
 		errs = append(errs, fmt.Errorf("metrics server: %w", err))
 	}
 	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
+	go func() { tasks.wg.Wait(); close(waited) }()
 	select {
 	case <-waited:
 	case <-shutdownCtx.Done():
@@ -211,7 +256,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	for drained := false; !drained; {
 		select {
-		case err := <-errc:
+		case err := <-tasks.errc:
 			if !errors.Is(err, context.Canceled) {
 				errs = append(errs, err)
 			}
@@ -219,14 +264,5 @@ func Run(ctx context.Context, o Options) error {
 			drained = true
 		}
 	}
-	flushCtx, flushDone := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer flushDone()
-	if err := shutdownTracing(flushCtx); err != nil {
-		log.Warn("flush traces", "err", err)
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	log.Info("stopped")
-	return nil
+	return errs
 }

@@ -103,7 +103,12 @@ func TestAToyKindRegisteredThroughTheScaffoldIsReconciled(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- ctl.Run(runCtx, nil) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 
 	create := func(name, who string) {
 		u := &unstructured.Unstructured{Object: map[string]any{

@@ -242,6 +242,32 @@ func (c *Collector) Run(ctx context.Context) error {
 	})
 
 	// CRDs: agentplane's, and Argo's Workflow for runtime:workflow.
+	crdInf := c.crdInformer(watchErr, ok)
+
+	for name := range c.o.Targets {
+		c.ensureWatch(ctx, name)
+	}
+	// Run returns once everything it started has stopped, so a caller that cancels ctx and waits
+	// for Run leaves no informer or probe behind.
+	defer c.wg.Wait()
+	for _, f := range []func(){
+		func() { nsInf.Run(ctx.Done()) },
+		func() { depInf.Run(ctx.Done()) },
+		func() { podInf.Run(ctx.Done()) },
+		func() { crdInf.Run(ctx.Done()) },
+		func() { c.watchRedis(ctx) },
+		func() { c.probeAPIServer(ctx) },
+		func() { c.checkJobAPI(ctx) },
+	} {
+		c.wg.Go(f)
+	}
+	log.Info("collecting control-plane health", "namespace", c.o.Namespace)
+	return c.publish(ctx)
+}
+
+// crdInformer watches the CRDs and records which are established, and whether Argo's Workflow
+// CRD exists; ok clears a recorded API server error.
+func (c *Collector) crdInformer(watchErr cache.WatchErrorHandler, ok func()) cache.SharedIndexInformer {
 	crdInf := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0).ForResource(crdGVR).Informer()
 	_ = crdInf.SetWatchErrorHandler(watchErr)
 	recomputeCRDs := func(any) {
@@ -268,26 +294,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.edit(func(o *Observation) { o.CRDsEstablished = est; o.WorkflowCRD = &workflow })
 	}
 	_, _ = crdInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: recomputeCRDs, UpdateFunc: func(_, n any) { recomputeCRDs(n) }, DeleteFunc: recomputeCRDs})
-
-	for name := range c.o.Targets {
-		c.ensureWatch(ctx, name)
-	}
-	// Run returns once everything it started has stopped, so a caller that cancels ctx and waits
-	// for Run leaves no informer or probe behind.
-	defer c.wg.Wait()
-	for _, f := range []func(){
-		func() { nsInf.Run(ctx.Done()) },
-		func() { depInf.Run(ctx.Done()) },
-		func() { podInf.Run(ctx.Done()) },
-		func() { crdInf.Run(ctx.Done()) },
-		func() { c.watchRedis(ctx) },
-		func() { c.probeAPIServer(ctx) },
-		func() { c.checkJobAPI(ctx) },
-	} {
-		c.wg.Go(f)
-	}
-	log.Info("collecting control-plane health", "namespace", c.o.Namespace)
-	return c.publish(ctx)
+	return crdInf
 }
 
 // publish recomputes the model after each burst of changes has settled for the debounce window.
@@ -503,37 +510,7 @@ func (c *Collector) followAt(ctx context.Context, name, addr string, opts grpcx.
 			continue
 		}
 		backoff = 200 * time.Millisecond
-		var wg sync.WaitGroup
-		var broke sync.Once
-		sctx, stop := context.WithCancel(ctx)
-		for svc := range list.GetStatuses() {
-			if svc != "" && !strings.Contains(svc, "/") {
-				continue // a service's own API names mirror its overall status
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer stop() // one broken stream: relist and rewatch them all
-				stream, err := client.Watch(sctx, &healthpb.HealthCheckRequest{Service: svc})
-				if err != nil {
-					return
-				}
-				for {
-					resp, err := stream.Recv()
-					if err != nil {
-						if sctx.Err() == nil {
-							broke.Do(func() {
-								c.hub.Error(fmt.Sprintf("%s: its health stream broke (%s); reconnecting", name, status.Code(err)))
-							})
-						}
-						return
-					}
-					c.setHealth(name, svc, resp.GetStatus().String())
-				}
-			}()
-		}
-		wg.Wait()
-		stop()
+		c.watchAll(ctx, name, client, list)
 		if ctx.Err() == nil {
 			c.setHealth(name, "", "UNREACHABLE")
 			if once {
@@ -541,6 +518,40 @@ func (c *Collector) followAt(ctx context.Context, name, addr string, opts grpcx.
 			}
 		}
 	}
+}
+
+// watchAll watches each health service list names (the overall one and each "<svc>/<part>")
+// until one stream breaks, then returns so that the caller relists and rewatches them all.
+func (c *Collector) watchAll(ctx context.Context, name string, client healthpb.HealthClient, list *healthpb.HealthListResponse) {
+	var wg sync.WaitGroup
+	var broke sync.Once
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for svc := range list.GetStatuses() {
+		if svc != "" && !strings.Contains(svc, "/") {
+			continue // a service's own API names mirror its overall status
+		}
+		wg.Go(func() {
+			defer stop() // one broken stream: relist and rewatch them all
+			stream, err := client.Watch(sctx, &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil {
+				return
+			}
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					if sctx.Err() == nil {
+						broke.Do(func() {
+							c.hub.Error(fmt.Sprintf("%s: its health stream broke (%s); reconnecting", name, status.Code(err)))
+						})
+					}
+					return
+				}
+				c.setHealth(name, svc, resp.GetStatus().String())
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (c *Collector) setHealth(name, svc, st string) {

@@ -75,44 +75,69 @@ func StartRedisCluster(masters, replicasEach int) (_ *RedisCluster, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	clients := map[string]*redis.Client{}
-	defer func() {
-		for _, cl := range clients {
-			_ = cl.Close()
+	j := &clusterJoin{c: c, clients: map[string]*redis.Client{}}
+	defer j.close()
+	for _, step := range []func(context.Context) error{j.assignSlots, j.meet, j.replicate, j.awaitReady} {
+		if err := step(ctx); err != nil {
+			return nil, err
 		}
-	}()
-	cl := func(r *Redis) *redis.Client {
-		if clients[r.Addr] == nil {
-			clients[r.Addr] = redis.NewClient(&redis.Options{Addr: r.Addr})
-		}
-		return clients[r.Addr]
 	}
+	return c, nil
+}
+
+// clusterJoin makes a cluster of started nodes: slots, MEET, REPLICATE, then waits for it.
+type clusterJoin struct {
+	c       *RedisCluster
+	clients map[string]*redis.Client
+}
+
+func (j *clusterJoin) cl(addr string) *redis.Client {
+	if j.clients[addr] == nil {
+		j.clients[addr] = redis.NewClient(&redis.Options{Addr: addr})
+	}
+	return j.clients[addr]
+}
+
+func (j *clusterJoin) close() {
+	for _, cl := range j.clients {
+		_ = cl.Close()
+	}
+}
+
+// assignSlots splits the 16384 slots evenly among the masters.
+func (j *clusterJoin) assignSlots(ctx context.Context) error {
 	const slots = 16384
-	for i, m := range c.Masters {
+	masters := len(j.c.Masters)
+	for i, m := range j.c.Masters {
 		lo, hi := i*slots/masters, (i+1)*slots/masters-1
-		if err := cl(m).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			return nil, fmt.Errorf("assign slots %d-%d to %s: %w", lo, hi, m.Addr, err)
+		if err := j.cl(m.Addr).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			return fmt.Errorf("assign slots %d-%d to %s: %w", lo, hi, m.Addr, err)
 		}
 	}
-	all := c.Addrs()
+	return nil
+}
+
+// meet introduces every node to the first master, and waits until every node knows every other.
+func (j *clusterJoin) meet(ctx context.Context) error {
+	all := j.c.Addrs()
 	bus := map[string]int{}
-	for i, m := range c.Masters {
+	for i, m := range j.c.Masters {
 		bus[m.Addr] = m.busPort
-		for _, r := range c.Replicas[i] {
+		for _, r := range j.c.Replicas[i] {
 			bus[r.Addr] = r.busPort
 		}
 	}
-	first := c.Masters[0]
+	first := j.c.Masters[0]
 	for _, a := range all[1:] {
 		host, port, _ := strings.Cut(a, ":")
 		// With its bus port: each node's is its own (--cluster-port), not its port + 10000.
-		if err := cl(first).Do(ctx, "CLUSTER", "MEET", host, port, bus[a]).Err(); err != nil {
-			return nil, fmt.Errorf("CLUSTER MEET %s: %w", a, err)
+		if err := j.cl(first.Addr).Do(ctx, "CLUSTER", "MEET", host, port, bus[a]).Err(); err != nil {
+			return fmt.Errorf("CLUSTER MEET %s: %w", a, err)
 		}
 	}
-	if err := awaitRedis(ctx, "every node knows every other", func() error {
+	return awaitRedis(ctx, "every node knows every other", func() error {
 		for _, a := range all {
-			nodes, err := cl(&Redis{Addr: a}).ClusterNodes(ctx).Result()
+			nodes, err := j.cl(a).ClusterNodes(ctx).Result()
 			if err != nil {
 				return err
 			}
@@ -121,23 +146,30 @@ func StartRedisCluster(masters, replicasEach int) (_ *RedisCluster, err error) {
 			}
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	for i, m := range c.Masters {
-		id, err := cl(m).Do(ctx, "CLUSTER", "MYID").Text()
+	})
+}
+
+// replicate makes each master's replicas replicate it.
+func (j *clusterJoin) replicate(ctx context.Context) error {
+	for i, m := range j.c.Masters {
+		id, err := j.cl(m.Addr).Do(ctx, "CLUSTER", "MYID").Text()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for _, r := range c.Replicas[i] {
-			if err := cl(r).Do(ctx, "CLUSTER", "REPLICATE", id).Err(); err != nil {
-				return nil, fmt.Errorf("make %s a replica of %s: %w", r.Addr, m.Addr, err)
+		for _, r := range j.c.Replicas[i] {
+			if err := j.cl(r.Addr).Do(ctx, "CLUSTER", "REPLICATE", id).Err(); err != nil {
+				return fmt.Errorf("make %s a replica of %s: %w", r.Addr, m.Addr, err)
 			}
 		}
 	}
-	if err := awaitRedis(ctx, "cluster ok and replicas in sync", func() error {
-		for _, a := range all {
-			info, err := cl(&Redis{Addr: a}).ClusterInfo(ctx).Result()
+	return nil
+}
+
+// awaitReady waits until every node says cluster_state:ok and every replica is in sync.
+func (j *clusterJoin) awaitReady(ctx context.Context) error {
+	return awaitRedis(ctx, "cluster ok and replicas in sync", func() error {
+		for _, a := range j.c.Addrs() {
+			info, err := j.cl(a).ClusterInfo(ctx).Result()
 			if err != nil {
 				return err
 			}
@@ -145,18 +177,15 @@ func StartRedisCluster(masters, replicasEach int) (_ *RedisCluster, err error) {
 				return fmt.Errorf("%s: cluster not ok yet", a)
 			}
 		}
-		for i := range c.Masters {
-			for _, r := range c.Replicas[i] {
-				if err := replicaInSync(ctx, cl(r)); err != nil {
+		for i := range j.c.Masters {
+			for _, r := range j.c.Replicas[i] {
+				if err := replicaInSync(ctx, j.cl(r.Addr)); err != nil {
 					return fmt.Errorf("%s: %w", r.Addr, err)
 				}
 			}
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return c, nil
+	})
 }
 
 // MasterOf returns the node now serving key's slot as master, as the first live node says.

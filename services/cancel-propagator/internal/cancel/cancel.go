@@ -522,45 +522,10 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 	if !goOn || err != nil {
 		return err
 	}
-	// The run's Jobs: those in the cache, those its status records, and those seen before (a
-	// Job may be gone while its pods still stop).
-	p.mu.Lock()
-	uids := p.jobUIDs[ar.UID]
-	if uids == nil {
-		uids = map[types.UID]string{}
-		p.jobUIDs[ar.UID] = uids
+	all, err := p.stopJobs(ctx, ar, jobs)
+	if err != nil {
+		return err
 	}
-	p.mu.Unlock()
-	remember := func(ref *agentsv1alpha1.JobRef) {
-		if ref != nil && ref.UID != "" {
-			p.mu.Lock()
-			uids[types.UID(ref.UID)] = ref.Name
-			p.jobRun[types.UID(ref.UID)] = key(kindAR, ns, name)
-			p.mu.Unlock()
-		}
-	}
-	remember(ar.Status.JobRef)
-	if ar.Status.Workflow != nil {
-		for _, st := range ar.Status.Workflow.Steps {
-			remember(st.JobRef)
-		}
-	}
-	for _, o := range jobs {
-		j := o.(*batchv1.Job)
-		if ref := controllerRef(j.OwnerReferences, kindAR); ref == nil || ref.UID != ar.UID {
-			continue
-		}
-		remember(&agentsv1alpha1.JobRef{Name: j.Name, UID: string(j.UID)})
-		if err := p.stopJob(ctx, ar.UID, j); err != nil {
-			return err
-		}
-	}
-	p.mu.Lock()
-	all := make(map[types.UID]string, len(uids))
-	for k, v := range uids {
-		all[k] = v
-	}
-	p.mu.Unlock()
 	var left []string
 	for uid, job := range all {
 		n, err := p.stopPods(ctx, ns, ar.UID, uid)
@@ -579,21 +544,75 @@ func (p *Propagator) reconcileAR(ctx context.Context, ns, name string) error {
 	left = append(left, wl...)
 	if len(left) == 0 {
 		// The cache says nothing runs; the API server confirms before the run is called Cancelled.
-		for uid := range all {
-			l, err := p.d.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(uid)})
-			if err != nil {
-				return fmt.Errorf("list the pods of Job %s/%s: %w", ns, all[uid], err)
+		if running, err := p.podsStillRunning(ctx, ns, all); err != nil || running {
+			if running {
+				p.enqueueAfter(key(kindAR, ns, name), 500*time.Millisecond)
 			}
-			for _, pod := range l.Items {
-				if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-					p.enqueueAfter(key(kindAR, ns, name), 500*time.Millisecond)
-					return nil
-				}
-			}
+			return err
 		}
 	}
 	_, err = p.finish(ctx, r, key(kindAR, ns, name), at, left)
 	return err
+}
+
+// stopJobs stops the run's Jobs in the cache and returns every Job of the run by UID: those in
+// the cache, those its status records, and those seen before (a Job may be gone while its pods
+// still stop).
+func (p *Propagator) stopJobs(ctx context.Context, ar *agentsv1alpha1.AgentRun, jobs []any) (map[types.UID]string, error) {
+	p.mu.Lock()
+	uids := p.jobUIDs[ar.UID]
+	if uids == nil {
+		uids = map[types.UID]string{}
+		p.jobUIDs[ar.UID] = uids
+	}
+	p.mu.Unlock()
+	remember := func(ref *agentsv1alpha1.JobRef) {
+		if ref != nil && ref.UID != "" {
+			p.mu.Lock()
+			uids[types.UID(ref.UID)] = ref.Name
+			p.jobRun[types.UID(ref.UID)] = key(kindAR, ar.Namespace, ar.Name)
+			p.mu.Unlock()
+		}
+	}
+	remember(ar.Status.JobRef)
+	if ar.Status.Workflow != nil {
+		for _, st := range ar.Status.Workflow.Steps {
+			remember(st.JobRef)
+		}
+	}
+	for _, o := range jobs {
+		j := o.(*batchv1.Job)
+		if ref := controllerRef(j.OwnerReferences, kindAR); ref == nil || ref.UID != ar.UID {
+			continue
+		}
+		remember(&agentsv1alpha1.JobRef{Name: j.Name, UID: string(j.UID)})
+		if err := p.stopJob(ctx, ar.UID, j); err != nil {
+			return nil, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	all := make(map[types.UID]string, len(uids))
+	for k, v := range uids {
+		all[k] = v
+	}
+	return all, nil
+}
+
+// podsStillRunning asks the API server whether any pod of the Jobs (by UID) has not finished.
+func (p *Propagator) podsStillRunning(ctx context.Context, ns string, jobs map[types.UID]string) (bool, error) {
+	for uid := range jobs {
+		l, err := p.d.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(uid)})
+		if err != nil {
+			return false, fmt.Errorf("list the pods of Job %s/%s: %w", ns, jobs[uid], err)
+		}
+		for _, pod := range l.Items {
+			if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // stopJob suspends the Job (its controller deletes the pods and starts none) and deletes it.

@@ -255,17 +255,36 @@ func (w *Writer) remember(key objectKey, obj *unstructured.Unstructured) {
 	w.last[key] = obj
 }
 
-func (w *Writer) writeBatch(key objectKey, batch []*call) {
-	first := batch[0]
-	k := first.kind
+// batchSpan starts the span of a batch's write: a child of its first request's, linked to the
+// others'.
+func batchSpan(batch []*call) (context.Context, trace.Span) {
 	var links []trace.Link
 	for _, c := range batch[1:] {
 		if c.span.IsValid() {
 			links = append(links, trace.Link{SpanContext: c.span})
 		}
 	}
-	ctx, span := otel.Tracer(tracerName).Start(trace.ContextWithSpanContext(context.Background(), first.span), "Write batch",
+	return otel.Tracer(tracerName).Start(trace.ContextWithSpanContext(context.Background(), batch[0].span), "Write batch",
 		trace.WithLinks(links...), trace.WithAttributes(attribute.Int("agentplane.batch.size", len(batch))))
+}
+
+// delivered caches the written object and gives each applied request its result.
+func (w *Writer) delivered(key objectKey, k *kind, written *unstructured.Unstructured, applied []*call) {
+	written.SetManagedFields(nil) // never sent back, so not worth copying
+	w.remember(key, written)      // never mutated: cached() hands out copies
+	st, _, _ := unstructured.NestedMap(written.Object, "status")
+	for _, c := range applied {
+		c.result = Result{Status: st, ResourceVersion: written.GetResourceVersion(), Generation: written.GetGeneration(), Coalesced: len(applied) > 1}
+	}
+	if len(applied) > 1 {
+		w.metrics.coalesced.WithLabelValues(k.name).Add(float64(len(applied) - 1))
+	}
+}
+
+func (w *Writer) writeBatch(key objectKey, batch []*call) {
+	first := batch[0]
+	k := first.kind
+	ctx, span := batchSpan(batch)
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -327,15 +346,7 @@ func (w *Writer) writeBatch(key objectKey, batch []*call) {
 			}
 			return
 		}
-		written.SetManagedFields(nil) // never sent back, so not worth copying
-		w.remember(key, written)      // never mutated: cached() hands out copies
-		st, _, _ := unstructured.NestedMap(written.Object, "status")
-		for _, c := range applied {
-			c.result = Result{Status: st, ResourceVersion: written.GetResourceVersion(), Generation: written.GetGeneration(), Coalesced: len(applied) > 1}
-		}
-		if len(applied) > 1 {
-			w.metrics.coalesced.WithLabelValues(k.name).Add(float64(len(applied) - 1))
-		}
+		w.delivered(key, k, written, applied)
 		return
 	}
 	fail(fmt.Errorf("%w: %s %s/%s changed under %d attempts; retry the request", ErrConflict, k.name, first.req.Namespace, first.req.Name, w.maxRetries))
