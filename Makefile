@@ -23,6 +23,7 @@ ETCD_VERSION               := $(shell awk '/^require go.etcd.io\/etcd\/server\/v
 # kwok is built in the Kubernetes tools module, on the same Kubernetes packages (one build for all).
 KWOK_VERSION               := $(shell awk '$$1=="sigs.k8s.io/kwok"{print $$2; exit}' hack/tools/kube/go.mod)
 CONTROLLER_GEN_VERSION     ?= v0.23.0
+CODE_GENERATOR_VERSION     ?= v0.37.2
 HELM_VERSION               ?= v3.22.0
 BUF_VERSION                ?= v1.75.0
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
@@ -53,6 +54,8 @@ KWOK               := $(KWOK_DIR)/kwok
 KWOK_STAGES        := $(KWOK_DIR)/stages/.done
 KWOK_POD_STAGES    := $(wildcard hack/local/kwok-stages/*.yaml)
 CONTROLLER_GEN     := $(TOOLS)/controller-gen/$(CONTROLLER_GEN_VERSION)/controller-gen
+CODEGEN_BIN        := $(TOOLS)/code-generator/$(CODE_GENERATOR_VERSION)
+CODEGEN            := $(CODEGEN_BIN)/.done
 HELM               := $(TOOLS)/helm/$(HELM_VERSION)/helm
 BUF                := $(TOOLS)/buf/$(BUF_VERSION)/buf
 PROTOC_GEN_GO      := $(TOOLS)/protoc-gen-go/$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
@@ -116,7 +119,7 @@ deps-cluster: ## Install the Debian packages make cluster-up needs (make up's, t
 	@hack/deps.sh cluster
 
 .PHONY: tools
-tools: tools-up $(CONTROLLER_GEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
+tools: tools-up $(CONTROLLER_GEN) $(CODEGEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
 
 .PHONY: tools-up
 tools-up: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) ## Build only the tools make up runs (etcd, the Kubernetes control plane, kubectl, kwok).
@@ -181,6 +184,10 @@ $(KWOK_STAGES): $(KWOK_POD_STAGES) hack/local/kwok-stages
 $(CONTROLLER_GEN):
 	GOWORK=off GOBIN=$(@D) go install -trimpath sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
+$(CODEGEN):
+	GOWORK=off GOBIN=$(@D) go install -trimpath $(addprefix k8s.io/code-generator/cmd/,$(addsuffix @$(CODE_GENERATOR_VERSION),client-gen lister-gen informer-gen applyconfiguration-gen))
+	@touch $@
+
 $(HELM):
 	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
@@ -222,9 +229,10 @@ envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), protobuf code, the charts' shared templates (charts/_shared), their README values tables, the one-release chart's schema (charts/agentplane), the admission policies make up and the tests apply (hack/local/admission-policies.yaml) and docs/overview.svg (Graphviz).
+generate: $(CONTROLLER_GEN) $(CODEGEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), the typed clients of the API groups (libs/api/client: clientset, listers, informers, apply configurations), protobuf code, the charts' shared templates (charts/_shared), their README values tables, the one-release chart's schema (charts/agentplane), the admission policies make up and the tests apply (hack/local/admission-policies.yaml) and docs/overview.svg (Graphviz).
 	cd libs && $(CONTROLLER_GEN) object paths=./api/...
 	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
+	CODEGEN_BIN=$(CODEGEN_BIN) hack/gen-clients.sh
 	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
 	hack/gen-charts.sh
 	cd e2e && go run ./cmd/valuesdoc $(addprefix ../charts/,status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway agentplane)

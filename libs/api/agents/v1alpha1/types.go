@@ -32,6 +32,7 @@ type LocalRef struct {
 // Agent is the definition of an agent: which provider runs it, with what configuration and
 // defaults. AgentRuns refer to it by name.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=agt,categories=agentplane
@@ -133,6 +134,7 @@ type AgentList struct {
 
 // AgentRun is one run of an Agent. The run-controller turns it into Kubernetes Jobs.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ar;agr,categories=agentplane

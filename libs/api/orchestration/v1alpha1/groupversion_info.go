@@ -29,3 +29,12 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }
+
+// SchemeGroupVersion is GroupVersion under the name the generated clients use.
+var SchemeGroupVersion = GroupVersion
+
+// Resource is the group-qualified resource of this package's group (for the generated listers'
+// NotFound errors).
+func Resource(resource string) schema.GroupResource {
+	return GroupVersion.WithResource(resource).GroupResource()
+}

@@ -17,6 +17,7 @@ type NameRef struct {
 // Orchestration is a reusable graph of steps; each step names an Agent (or a tool or another
 // orchestration) and the steps it depends on.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=orch,categories=agentplane
@@ -91,6 +92,7 @@ type OrchestrationList struct {
 // OrchestrationRun is one run of an Orchestration. Setting spec.cancel to true asks the
 // cancel-propagator to stop it.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=orchrun;or,categories=agentplane

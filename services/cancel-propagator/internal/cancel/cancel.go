@@ -43,6 +43,8 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
@@ -75,7 +77,7 @@ type Deps struct {
 type Propagator struct {
 	cfg          Config
 	d            Deps
-	agents, orch *rest.RESTClient
+	client       versioned.Interface // the generated clientset of the agentplane API groups
 	ors, ars     map[string]cache.SharedIndexInformer
 	jobs, pods   map[string]cache.SharedIndexInformer
 	ctl          *controller.Controller
@@ -112,13 +114,9 @@ const (
 
 // New builds cancel-propagator for cfg.Namespaces.
 func New(cfg Config, d Deps) (*Propagator, error) {
-	agents, err := kube.RESTClientFor(d.REST, agentsv1alpha1.GroupVersion)
+	client, err := versioned.NewForConfig(d.REST)
 	if err != nil {
-		return nil, err
-	}
-	orch, err := kube.RESTClientFor(d.REST, orchv1alpha1.GroupVersion)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cancel-propagator: agentplane clientset: %w", err)
 	}
 	if d.Now == nil {
 		d.Now = time.Now
@@ -127,7 +125,7 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 		cfg.Workers = 4
 	}
 	p := &Propagator{
-		cfg: cfg, d: d, agents: agents, orch: orch, requested: map[types.UID]time.Time{},
+		cfg: cfg, d: d, client: client, requested: map[types.UID]time.Time{},
 		acted: map[types.UID]map[string]int{}, jobUIDs: map[types.UID]map[types.UID]string{}, done: map[types.UID]bool{},
 		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{},
 		ors: map[string]cache.SharedIndexInformer{}, ars: map[string]cache.SharedIndexInformer{},
@@ -215,8 +213,11 @@ func (p *Propagator) Synced() bool { return p.synced.Load() }
 // Run watches the runs, their Jobs and pods until ctx ends.
 func (p *Propagator) Run(ctx context.Context) error {
 	for _, ns := range p.cfg.Namespaces {
-		p.ors[ns] = kube.NewInformer(p.orch, "orchestrationruns", ns, &orchv1alpha1.OrchestrationRun{}, nil)
-		p.ars[ns] = kube.NewInformer(p.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, cache.Indexers{byOwner: controller.IndexByController(kindOR)})
+		ours := externalversions.NewSharedInformerFactoryWithOptions(p.client, 0, externalversions.WithNamespace(ns),
+			externalversions.WithTransform(kube.DropManagedFields))
+		p.ors[ns] = ours.Orchestration().V1alpha1().OrchestrationRuns().Informer()
+		p.ars[ns] = ours.Agents().V1alpha1().AgentRuns().Informer()
+		utilruntime.Must(p.ars[ns].AddIndexers(cache.Indexers{byOwner: controller.IndexByController(kindOR)}))
 		f := informers.NewSharedInformerFactoryWithOptions(p.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = jobresult.Selector }))
 		p.jobs[ns] = f.Batch().V1().Jobs().Informer()
@@ -476,8 +477,8 @@ func (p *Propagator) reconcileOR(ctx context.Context, ns, name string) error {
 			continue
 		}
 		if !ar.Spec.Cancel {
-			err := p.agents.Patch(types.MergePatchType).Namespace(ns).Resource("agentruns").Name(ar.Name).
-				Body([]byte(`{"spec":{"cancel":true}}`)).Do(ctx).Error()
+			_, err := p.client.AgentsV1alpha1().AgentRuns(ns).Patch(ctx, ar.Name, types.MergePatchType,
+				[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 				continue

@@ -40,6 +40,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
@@ -75,7 +77,7 @@ type Deps struct {
 type GC struct {
 	cfg        Config
 	d          Deps
-	agents     *rest.RESTClient
+	client     versioned.Interface // the generated clientset of the agentplane API groups
 	jobs, runs map[string]cache.SharedIndexInformer
 	ctl        *controller.Controller
 	jobQ, runQ *controller.Queue
@@ -93,9 +95,9 @@ const byRun = "run"
 
 // New builds job-gc for cfg.Namespaces.
 func New(cfg Config, d Deps) (*GC, error) {
-	agents, err := kube.RESTClientFor(d.REST, agentsv1alpha1.GroupVersion)
+	client, err := versioned.NewForConfig(d.REST)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("job-gc: agentplane clientset: %w", err)
 	}
 	if d.Now == nil {
 		d.Now = time.Now
@@ -104,7 +106,7 @@ func New(cfg Config, d Deps) (*GC, error) {
 		cfg.Workers = 4
 	}
 	g := &GC{
-		cfg: cfg, d: d, agents: agents, warned: map[types.UID]bool{},
+		cfg: cfg, d: d, client: client, warned: map[types.UID]bool{},
 		jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{},
 		released: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_job_gc_holds_released_total", Help: "job-result finalizers released, by why.",
@@ -151,7 +153,8 @@ func (g *GC) Run(ctx context.Context) error {
 			}))
 		g.jobs[ns] = f.Batch().V1().Jobs().Informer()
 		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{byRun: controller.IndexByController("AgentRun")}))
-		g.runs[ns] = kube.NewInformer(g.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, nil)
+		g.runs[ns] = externalversions.NewSharedInformerFactoryWithOptions(g.client, 0, externalversions.WithNamespace(ns),
+			externalversions.WithTransform(kube.DropManagedFields)).Agents().V1alpha1().AgentRuns().Informer()
 		g.ctl.Watch(g.jobs[ns], controller.Handler(func(j *batchv1.Job, deleted bool) {
 			if deleted {
 				g.mu.Lock()
@@ -234,8 +237,7 @@ func (g *GC) reconcileJob(ctx context.Context, key string) error {
 	}
 	if run == nil || run.UID != ref.UID {
 		// The cache may lag; only the API server can say the run is gone.
-		live := &agentsv1alpha1.AgentRun{}
-		err := g.agents.Get().Namespace(ns).Resource("agentruns").Name(ref.Name).Do(ctx).Into(live)
+		live, err := g.client.AgentsV1alpha1().AgentRuns(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && live.UID != ref.UID):
 			return g.release(ctx, j, ReleasedOwnerGone)
@@ -430,8 +432,8 @@ func (g *GC) retain(ctx context.Context, key string, ar *agentsv1alpha1.AgentRun
 			return fmt.Errorf("delete Job %s/%s at the end of its run's retention: %w", j.Namespace, j.Name, err)
 		}
 	}
-	err := g.agents.Delete().Namespace(ar.Namespace).Resource("agentruns").Name(ar.Name).
-		Body(&metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptr.To(ar.UID)}}).Do(ctx).Error()
+	err := g.client.AgentsV1alpha1().AgentRuns(ar.Namespace).Delete(ctx, ar.Name,
+		metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptr.To(ar.UID)}})
 	switch {
 	case err == nil:
 		g.deletions.WithLabelValues("AgentRun").Inc()
@@ -508,8 +510,8 @@ func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.Agent
 	}
 	msg := strings.Join(why, "; ")
 	// A cancel deletes the run's Jobs on purpose; the cache may not show it yet.
-	live := &agentsv1alpha1.AgentRun{}
-	switch err := g.agents.Get().Namespace(ar.Namespace).Resource("agentruns").Name(ar.Name).Do(ctx).Into(live); {
+	live, err := g.client.AgentsV1alpha1().AgentRuns(ar.Namespace).Get(ctx, ar.Name, metav1.GetOptions{})
+	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:

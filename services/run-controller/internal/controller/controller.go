@@ -11,6 +11,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,6 +28,8 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	scaffold "github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
@@ -48,8 +51,8 @@ type Deps struct {
 type Controller struct {
 	cfg    Config
 	d      Deps
-	agents *rest.RESTClient
-	orch   *rest.RESTClient
+	// client is the generated clientset of the agentplane API groups.
+	client versioned.Interface
 	ctl    *scaffold.Controller
 
 	// Informers by namespace.
@@ -94,16 +97,12 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics(nil)
 	}
-	agents, err := kube.RESTClientFor(d.REST, agentsGV)
+	client, err := versioned.NewForConfig(d.REST)
 	if err != nil {
-		return nil, err
-	}
-	orch, err := kube.RESTClientFor(d.REST, orchGV)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("run-controller: agentplane clientset: %w", err)
 	}
 	c := &Controller{
-		cfg: cfg, d: d, agents: agents, orch: orch,
+		cfg: cfg, d: d, client: client,
 		runs: map[string]cache.SharedIndexInformer{}, agentDefs: map[string]cache.SharedIndexInformer{},
 		orchRuns: map[string]cache.SharedIndexInformer{}, orchs: map[string]cache.SharedIndexInformer{},
 		jobs: map[string]cache.SharedIndexInformer{}, pods: map[string]cache.SharedIndexInformer{},
@@ -129,20 +128,20 @@ func nsKey(ns, name string) string { return ns + "/" + name }
 // Run starts the informers, waits for their caches, and reconciles until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	for _, ns := range c.cfg.Namespaces {
-		c.runs[ns] = kube.NewInformer(c.agents, "agentruns", ns, &agentsv1alpha1.AgentRun{}, cache.Indexers{
-			byAgent: func(obj any) ([]string, error) {
-				ar := obj.(*agentsv1alpha1.AgentRun)
-				return []string{nsKey(ar.Namespace, ar.Spec.AgentRef.Name)}, nil
-			},
-		})
-		c.agentDefs[ns] = kube.NewInformer(c.agents, "agents", ns, &agentsv1alpha1.Agent{}, nil)
-		c.orchRuns[ns] = kube.NewInformer(c.orch, "orchestrationruns", ns, &orchv1alpha1.OrchestrationRun{}, cache.Indexers{
-			byOrchestration: func(obj any) ([]string, error) {
-				or := obj.(*orchv1alpha1.OrchestrationRun)
-				return []string{nsKey(or.Namespace, or.Spec.OrchestrationRef.Name)}, nil
-			},
-		})
-		c.orchs[ns] = kube.NewInformer(c.orch, "orchestrations", ns, &orchv1alpha1.Orchestration{}, nil)
+		ours := externalversions.NewSharedInformerFactoryWithOptions(c.client, 0, externalversions.WithNamespace(ns),
+			externalversions.WithTransform(kube.DropManagedFields))
+		c.runs[ns] = ours.Agents().V1alpha1().AgentRuns().Informer()
+		utilruntime.Must(c.runs[ns].AddIndexers(cache.Indexers{byAgent: func(obj any) ([]string, error) {
+			ar := obj.(*agentsv1alpha1.AgentRun)
+			return []string{nsKey(ar.Namespace, ar.Spec.AgentRef.Name)}, nil
+		}}))
+		c.agentDefs[ns] = ours.Agents().V1alpha1().Agents().Informer()
+		c.orchRuns[ns] = ours.Orchestration().V1alpha1().OrchestrationRuns().Informer()
+		utilruntime.Must(c.orchRuns[ns].AddIndexers(cache.Indexers{byOrchestration: func(obj any) ([]string, error) {
+			or := obj.(*orchv1alpha1.OrchestrationRun)
+			return []string{nsKey(or.Namespace, or.Spec.OrchestrationRef.Name)}, nil
+		}}))
+		c.orchs[ns] = ours.Orchestration().V1alpha1().Orchestrations().Informer()
 		factory := informers.NewSharedInformerFactoryWithOptions(c.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = agentsv1alpha1.LabelManagedBy + "=" + agentsv1alpha1.ManagedByRunController

@@ -232,14 +232,13 @@ func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 	if granted, err := c.claim(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), map[string]any{"stepStatuses": steps}); err != nil || !granted {
 		return nil, err
 	}
-	out := &agentsv1alpha1.AgentRun{}
-	err := c.agents.Post().Namespace(or.Namespace).Resource("agentruns").
-		Param("fieldManager", "agentplane-run-controller").Body(ar).Do(ctx).Into(out)
+	runs := c.client.AgentsV1alpha1().AgentRuns(or.Namespace)
+	out, err := runs.Create(ctx, ar, metav1.CreateOptions{FieldManager: "agentplane-run-controller"})
 	switch {
 	case err == nil:
 		return out, nil
 	case apierrors.IsAlreadyExists(err):
-		err = c.agents.Get().Namespace(or.Namespace).Resource("agentruns").Name(ar.Name).Do(ctx).Into(out)
+		out, err = runs.Get(ctx, ar.Name, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("get AgentRun %s: %w", ar.Name, err)
 		}

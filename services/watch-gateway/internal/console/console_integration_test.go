@@ -26,6 +26,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/testenv"
@@ -78,6 +79,10 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	t.Cleanup(cancel)
 	hub := health.NewHub(64, 64)
 	hub.Update([]health.Item{{Component: "kube-apiserver", Status: health.Healthy}})
+	ours, err := versioned.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	agents, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +92,7 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 		t.Fatal(err)
 	}
 	runsHub := health.NewHub(64, 256)
-	src, err := runs.New(agents, orch, ns, runsHub, 20*time.Millisecond)
+	src, err := runs.New(ours, ns, runsHub, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/redact"
@@ -54,12 +55,14 @@ type Source struct {
 	timer   *time.Timer
 }
 
-// New watches namespace through the REST clients of the two API groups (kube.RESTClientFor);
-// changes are gathered for batch before each delta.
-func New(agents, orch *rest.RESTClient, namespace string, hub *health.Hub, batch time.Duration) (*Source, error) {
+// New watches namespace through the generated clientset of the two API groups; changes are
+// gathered for batch before each delta.
+func New(client versioned.Interface, namespace string, hub *health.Hub, batch time.Duration) (*Source, error) {
+	ours := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace(namespace),
+		externalversions.WithTransform(kube.DropManagedFields))
 	s := &Source{hub: hub, namespace: namespace, batch: batch, pending: map[string]struct{}{},
-		agentRuns: kube.NewInformer(agents, "agentruns", namespace, &agentsv1alpha1.AgentRun{}, nil),
-		orchRuns:  kube.NewInformer(orch, "orchestrationruns", namespace, &orchv1alpha1.OrchestrationRun{}, nil),
+		agentRuns: ours.Agents().V1alpha1().AgentRuns().Informer(),
+		orchRuns:  ours.Orchestration().V1alpha1().OrchestrationRuns().Informer(),
 	}
 	for kind, inf := range map[string]cache.SharedIndexInformer{KindAgentRun: s.agentRuns, KindOrchestrationRun: s.orchRuns} {
 		enqueue := func(obj any) {

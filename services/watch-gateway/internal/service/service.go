@@ -21,6 +21,7 @@ import (
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/redisx"
@@ -337,6 +338,11 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 	} else if c.AuthMode == access.Token {
 		rt.Logger.Warn("console sessions are signed with a key drawn at start: they end with this process and other replicas refuse them; set JANGAR_CONSOLE_SESSION_KEY_FILE")
 	}
+	ours, err := versioned.NewForConfig(clients.Config)
+	if err != nil {
+		return nil, fmt.Errorf("agentplane clientset: %w", err)
+	}
+	// The console's reads and cancels go through REST clients of the two groups.
 	agents, err := kube.RESTClientFor(clients.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		return nil, err
@@ -346,7 +352,7 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 		return nil, err
 	}
 	runsHub := health.NewHub(c.Window, 256)
-	src, err := runs.New(agents, orch, c.RunsNamespace, runsHub, c.RunsBatch)
+	src, err := runs.New(ours, c.RunsNamespace, runsHub, c.RunsBatch)
 	if err != nil {
 		return nil, err
 	}
