@@ -42,9 +42,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
@@ -75,13 +75,13 @@ type Deps struct {
 
 // Propagator is cancel-propagator's controller.
 type Propagator struct {
-	cfg          Config
-	d            Deps
-	client       versioned.Interface // the generated clientset of the agentplane API groups
-	ors, ars     map[string]cache.SharedIndexInformer
-	jobs, pods   map[string]cache.SharedIndexInformer
-	ctl          *controller.Controller
-	orQ, arQ     *controller.Queue
+	cfg        Config
+	d          Deps
+	client     versioned.Interface // the generated clientset of the agentplane API groups
+	ors, ars   map[string]cache.SharedIndexInformer
+	jobs, pods map[string]cache.SharedIndexInformer
+	ctl        *controller.Controller
+	orQ, arQ   *controller.Queue
 	// observe, when set (by tests), is called as the cancel of a queue key starts, and what it
 	// returns when it ends.
 	observe func(key string) func()

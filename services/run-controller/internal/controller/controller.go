@@ -26,10 +26,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
-	scaffold "github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	scaffold "github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
@@ -49,8 +49,8 @@ type Deps struct {
 
 // Controller reconciles AgentRuns and OrchestrationRuns in its namespaces.
 type Controller struct {
-	cfg    Config
-	d      Deps
+	cfg Config
+	d   Deps
 	// client is the generated clientset of the agentplane API groups.
 	client versioned.Interface
 	ctl    *scaffold.Controller

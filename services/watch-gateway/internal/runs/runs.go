@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/redact"

@@ -18,10 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/redisx"
