@@ -1,7 +1,40 @@
-// Package reasons is the one list of event and condition reasons in agentplane. Reasons are
-// stable CamelCase words: runbooks, alerts and `kubectl get events --field-selector reason=...`
-// depend on them, so they are never renamed.
+// Package reasons is the one list of condition types and reasons in agentplane: the stable
+// event reasons (Known, All: the only reasons event-emitter accepts), the status-only reasons of
+// a run's phase, and the condition types the controllers set. They are stable CamelCase words:
+// runbooks, alerts and `kubectl get events --field-selector reason=...` depend on them, so they
+// are never renamed.
 package reasons
+
+// Condition types of the run kinds.
+const (
+	// CondAccepted (AgentRun): the run passed validation and admission and its Job was created
+	// (True), or why not (False: InvalidSpec, MissingSecret, Forbidden, QueueFull; Unknown: Queued).
+	CondAccepted = "Accepted"
+	// CondSucceeded (AgentRun): set when the run finishes: True (Completed) or False (why it failed).
+	CondSucceeded = "Succeeded"
+	// CondReady (OrchestrationRun): True once every step succeeded, False once one failed.
+	CondReady = "Ready"
+	// CondJobMissing (AgentRun, job-gc): the run's Job is gone before its outcome was recorded
+	// (WorkflowJobMissing), or is back (JobFound).
+	CondJobMissing = "JobMissing"
+	// CondCancelled (both run kinds, cancel-propagator): Unknown while a cancel runs
+	// (CancelRequested), True once it is done (Cancelled, CancelTimedOut).
+	CondCancelled = "Cancelled"
+)
+
+// Reasons a run's status gives for its phase that are not event reasons (they are not in All).
+const (
+	// Queued: the run waits for a slot or the start rate (JANGAR_AGENTS_CONTROLLER_CONCURRENCY_*, _RATE_*).
+	Queued = "Queued"
+	// Running: the run's (or a step's) pod runs.
+	Running = "Running"
+	// Completed: the run (or every step) succeeded.
+	Completed = "Completed"
+	// StepFailed: a workflow or orchestration step failed for good.
+	StepFailed = "StepFailed"
+	// Retrying: a workflow step's attempt failed; the next starts after its backoff.
+	Retrying = "Retrying"
+)
 
 // Reasons for reconcile failures an operator must fix (seed 001): emitted as Warning events.
 const (

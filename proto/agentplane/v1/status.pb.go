@@ -185,7 +185,12 @@ type WriteStatusRequest struct {
 	// Conditions to set; conditions not named keep their current value.
 	Conditions []*Condition `protobuf:"bytes,6,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	// Fields holds kind-specific status fields by their JSON names (runtimeRef, jobRef, workflow,
-	// artifacts for AgentRun; runId, stepStatuses for OrchestrationRun).
+	// artifacts for AgentRun; runId, stepStatuses for OrchestrationRun), untyped. Deprecated: the
+	// form of the release before the typed agent_run and orchestration_run below; still accepted
+	// for one release, so that a pod of that release writes during a rolling upgrade. A request
+	// sets either this or one of the typed fields.
+	//
+	// Deprecated: Marked as deprecated in agentplane/v1/status.proto.
 	Fields *structpb.Struct `protobuf:"bytes,7,opt,name=fields,proto3" json:"fields,omitempty"`
 	// FieldManager names the caller for server-side field ownership.
 	FieldManager string `protobuf:"bytes,8,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
@@ -195,7 +200,14 @@ type WriteStatusRequest struct {
 	// true. It is judged on the live object and written guarded by its resourceVersion, so a
 	// cancel written before the claim always wins: a controller that claims before it creates
 	// anything starts nothing once the cancel is in.
-	Claim         bool `protobuf:"varint,9,opt,name=claim,proto3" json:"claim,omitempty"`
+	Claim bool `protobuf:"varint,9,opt,name=claim,proto3" json:"claim,omitempty"`
+	// The kind-specific status fields, typed: the one for the object's kind, or none.
+	//
+	// Types that are valid to be assigned to KindFields:
+	//
+	//	*WriteStatusRequest_AgentRun
+	//	*WriteStatusRequest_OrchestrationRun
+	KindFields    isWriteStatusRequest_KindFields `protobuf_oneof:"kind_fields"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,6 +284,7 @@ func (x *WriteStatusRequest) GetConditions() []*Condition {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agentplane/v1/status.proto.
 func (x *WriteStatusRequest) GetFields() *structpb.Struct {
 	if x != nil {
 		return x.Fields
@@ -293,6 +306,651 @@ func (x *WriteStatusRequest) GetClaim() bool {
 	return false
 }
 
+func (x *WriteStatusRequest) GetKindFields() isWriteStatusRequest_KindFields {
+	if x != nil {
+		return x.KindFields
+	}
+	return nil
+}
+
+func (x *WriteStatusRequest) GetAgentRun() *AgentRunFields {
+	if x != nil {
+		if x, ok := x.KindFields.(*WriteStatusRequest_AgentRun); ok {
+			return x.AgentRun
+		}
+	}
+	return nil
+}
+
+func (x *WriteStatusRequest) GetOrchestrationRun() *OrchestrationRunFields {
+	if x != nil {
+		if x, ok := x.KindFields.(*WriteStatusRequest_OrchestrationRun); ok {
+			return x.OrchestrationRun
+		}
+	}
+	return nil
+}
+
+type isWriteStatusRequest_KindFields interface {
+	isWriteStatusRequest_KindFields()
+}
+
+type WriteStatusRequest_AgentRun struct {
+	AgentRun *AgentRunFields `protobuf:"bytes,10,opt,name=agent_run,json=agentRun,proto3,oneof"`
+}
+
+type WriteStatusRequest_OrchestrationRun struct {
+	OrchestrationRun *OrchestrationRunFields `protobuf:"bytes,11,opt,name=orchestration_run,json=orchestrationRun,proto3,oneof"`
+}
+
+func (*WriteStatusRequest_AgentRun) isWriteStatusRequest_KindFields() {}
+
+func (*WriteStatusRequest_OrchestrationRun) isWriteStatusRequest_KindFields() {}
+
+// AgentRunFields are an AgentRun's own status fields. Each field set replaces the status's;
+// unset fields are left as they are. Times are RFC 3339 (as in the object's JSON).
+type AgentRunFields struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// RuntimeRef points at what executes the run (for the job runtime: apiVersion, kind, name,
+	// namespace and uid of the Job).
+	RuntimeRef    map[string]string `protobuf:"bytes,1,rep,name=runtime_ref,json=runtimeRef,proto3" json:"runtime_ref,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	JobRef        *JobRef           `protobuf:"bytes,2,opt,name=job_ref,json=jobRef,proto3" json:"job_ref,omitempty"`
+	Workflow      *WorkflowStatus   `protobuf:"bytes,3,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Artifacts     []*Artifact       `protobuf:"bytes,4,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentRunFields) Reset() {
+	*x = AgentRunFields{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentRunFields) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentRunFields) ProtoMessage() {}
+
+func (x *AgentRunFields) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentRunFields.ProtoReflect.Descriptor instead.
+func (*AgentRunFields) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AgentRunFields) GetRuntimeRef() map[string]string {
+	if x != nil {
+		return x.RuntimeRef
+	}
+	return nil
+}
+
+func (x *AgentRunFields) GetJobRef() *JobRef {
+	if x != nil {
+		return x.JobRef
+	}
+	return nil
+}
+
+func (x *AgentRunFields) GetWorkflow() *WorkflowStatus {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *AgentRunFields) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+// JobRef identifies a Kubernetes Job.
+type JobRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobRef) Reset() {
+	*x = JobRef{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRef) ProtoMessage() {}
+
+func (x *JobRef) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
+func (*JobRef) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *JobRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *JobRef) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+// WorkflowStatus is the progress of a workflow run's steps.
+type WorkflowStatus struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Phase              string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	LastTransitionTime string                 `protobuf:"bytes,2,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	Steps              []*WorkflowStepStatus  `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *WorkflowStatus) Reset() {
+	*x = WorkflowStatus{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowStatus) ProtoMessage() {}
+
+func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowStatus.ProtoReflect.Descriptor instead.
+func (*WorkflowStatus) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WorkflowStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *WorkflowStatus) GetLastTransitionTime() string {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return ""
+}
+
+func (x *WorkflowStatus) GetSteps() []*WorkflowStepStatus {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// WorkflowStepStatus is the progress of one workflow step.
+type WorkflowStepStatus struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Name               string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Phase              string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	Attempt            int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StartedAt          string                 `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt         string                 `protobuf:"bytes,5,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	LastTransitionTime string                 `protobuf:"bytes,6,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	Message            string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	NextRetryAt        string                 `protobuf:"bytes,8,opt,name=next_retry_at,json=nextRetryAt,proto3" json:"next_retry_at,omitempty"`
+	JobRef             *JobRef                `protobuf:"bytes,9,opt,name=job_ref,json=jobRef,proto3" json:"job_ref,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *WorkflowStepStatus) Reset() {
+	*x = WorkflowStepStatus{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowStepStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowStepStatus) ProtoMessage() {}
+
+func (x *WorkflowStepStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowStepStatus.ProtoReflect.Descriptor instead.
+func (*WorkflowStepStatus) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WorkflowStepStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *WorkflowStepStatus) GetStartedAt() string {
+	if x != nil {
+		return x.StartedAt
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetFinishedAt() string {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetLastTransitionTime() string {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetNextRetryAt() string {
+	if x != nil {
+		return x.NextRetryAt
+	}
+	return ""
+}
+
+func (x *WorkflowStepStatus) GetJobRef() *JobRef {
+	if x != nil {
+		return x.JobRef
+	}
+	return nil
+}
+
+// Artifact is an output a run produced.
+type Artifact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Artifact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Artifact) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Artifact) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Artifact) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// OrchestrationRunFields are an OrchestrationRun's own status fields (each set replaces the
+// status's).
+type OrchestrationRunFields struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	StepStatuses  []*StepStatus          `protobuf:"bytes,2,rep,name=step_statuses,json=stepStatuses,proto3" json:"step_statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrchestrationRunFields) Reset() {
+	*x = OrchestrationRunFields{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrchestrationRunFields) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrchestrationRunFields) ProtoMessage() {}
+
+func (x *OrchestrationRunFields) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrchestrationRunFields.ProtoReflect.Descriptor instead.
+func (*OrchestrationRunFields) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OrchestrationRunFields) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *OrchestrationRunFields) GetStepStatuses() []*StepStatus {
+	if x != nil {
+		return x.StepStatuses
+	}
+	return nil
+}
+
+// StepStatus is one step of an OrchestrationRun.
+type StepStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Phase         string                 `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	StartedAt     string                 `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt    string                 `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	ResourceRef   *ResourceRef           `protobuf:"bytes,7,opt,name=resource_ref,json=resourceRef,proto3" json:"resource_ref,omitempty"`
+	Outputs       *structpb.Struct       `protobuf:"bytes,8,opt,name=outputs,proto3" json:"outputs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepStatus) Reset() {
+	*x = StepStatus{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepStatus) ProtoMessage() {}
+
+func (x *StepStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepStatus.ProtoReflect.Descriptor instead.
+func (*StepStatus) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StepStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StepStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StepStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *StepStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StepStatus) GetStartedAt() string {
+	if x != nil {
+		return x.StartedAt
+	}
+	return ""
+}
+
+func (x *StepStatus) GetFinishedAt() string {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return ""
+}
+
+func (x *StepStatus) GetResourceRef() *ResourceRef {
+	if x != nil {
+		return x.ResourceRef
+	}
+	return nil
+}
+
+func (x *StepStatus) GetOutputs() *structpb.Struct {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+// ResourceRef identifies the object a step created.
+type ResourceRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ApiVersion    string                 `protobuf:"bytes,1,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace     string                 `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Uid           string                 `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceRef) Reset() {
+	*x = ResourceRef{}
+	mi := &file_agentplane_v1_status_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceRef) ProtoMessage() {}
+
+func (x *ResourceRef) ProtoReflect() protoreflect.Message {
+	mi := &file_agentplane_v1_status_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceRef.ProtoReflect.Descriptor instead.
+func (*ResourceRef) Descriptor() ([]byte, []int) {
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResourceRef) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
 type WriteStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Status is the object's .status as written, as JSON.
@@ -305,7 +963,7 @@ type WriteStatusResponse struct {
 
 func (x *WriteStatusResponse) Reset() {
 	*x = WriteStatusResponse{}
-	mi := &file_agentplane_v1_status_proto_msgTypes[3]
+	mi := &file_agentplane_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +975,7 @@ func (x *WriteStatusResponse) String() string {
 func (*WriteStatusResponse) ProtoMessage() {}
 
 func (x *WriteStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentplane_v1_status_proto_msgTypes[3]
+	mi := &file_agentplane_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +988,7 @@ func (x *WriteStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStatusResponse.ProtoReflect.Descriptor instead.
 func (*WriteStatusResponse) Descriptor() ([]byte, []int) {
-	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{3}
+	return file_agentplane_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WriteStatusResponse) GetStatusJson() []byte {
@@ -369,7 +1027,7 @@ const file_agentplane_v1_status_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12/\n" +
-	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\"\xe5\x02\n" +
+	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\"\x8c\x04\n" +
 	"\x12WriteStatusRequest\x120\n" +
 	"\x06object\x18\x01 \x01(\v2\x18.agentplane.v1.ObjectRefR\x06object\x12/\n" +
 	"\x13observed_generation\x18\x02 \x01(\x03R\x12observedGeneration\x12\x14\n" +
@@ -378,10 +1036,70 @@ const file_agentplane_v1_status_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x128\n" +
 	"\n" +
 	"conditions\x18\x06 \x03(\v2\x18.agentplane.v1.ConditionR\n" +
-	"conditions\x12/\n" +
-	"\x06fields\x18\a \x01(\v2\x17.google.protobuf.StructR\x06fields\x12#\n" +
+	"conditions\x123\n" +
+	"\x06fields\x18\a \x01(\v2\x17.google.protobuf.StructB\x02\x18\x01R\x06fields\x12#\n" +
 	"\rfield_manager\x18\b \x01(\tR\ffieldManager\x12\x14\n" +
-	"\x05claim\x18\t \x01(\bR\x05claim\"\x81\x01\n" +
+	"\x05claim\x18\t \x01(\bR\x05claim\x12<\n" +
+	"\tagent_run\x18\n" +
+	" \x01(\v2\x1d.agentplane.v1.AgentRunFieldsH\x00R\bagentRun\x12T\n" +
+	"\x11orchestration_run\x18\v \x01(\v2%.agentplane.v1.OrchestrationRunFieldsH\x00R\x10orchestrationRunB\r\n" +
+	"\vkind_fields\"\xc1\x02\n" +
+	"\x0eAgentRunFields\x12N\n" +
+	"\vruntime_ref\x18\x01 \x03(\v2-.agentplane.v1.AgentRunFields.RuntimeRefEntryR\n" +
+	"runtimeRef\x12.\n" +
+	"\ajob_ref\x18\x02 \x01(\v2\x15.agentplane.v1.JobRefR\x06jobRef\x129\n" +
+	"\bworkflow\x18\x03 \x01(\v2\x1d.agentplane.v1.WorkflowStatusR\bworkflow\x125\n" +
+	"\tartifacts\x18\x04 \x03(\v2\x17.agentplane.v1.ArtifactR\tartifacts\x1a=\n" +
+	"\x0fRuntimeRefEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
+	"\x06JobRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\x91\x01\n" +
+	"\x0eWorkflowStatus\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x120\n" +
+	"\x14last_transition_time\x18\x02 \x01(\tR\x12lastTransitionTime\x127\n" +
+	"\x05steps\x18\x03 \x03(\v2!.agentplane.v1.WorkflowStepStatusR\x05steps\"\xb8\x02\n" +
+	"\x12WorkflowStepStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\tR\tstartedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x05 \x01(\tR\n" +
+	"finishedAt\x120\n" +
+	"\x14last_transition_time\x18\x06 \x01(\tR\x12lastTransitionTime\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\"\n" +
+	"\rnext_retry_at\x18\b \x01(\tR\vnextRetryAt\x12.\n" +
+	"\ajob_ref\x18\t \x01(\v2\x15.agentplane.v1.JobRefR\x06jobRef\"V\n" +
+	"\bArtifact\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"o\n" +
+	"\x16OrchestrationRunFields\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12>\n" +
+	"\rstep_statuses\x18\x02 \x03(\v2\x19.agentplane.v1.StepStatusR\fstepStatuses\"\x96\x02\n" +
+	"\n" +
+	"StepStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\tR\tstartedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x06 \x01(\tR\n" +
+	"finishedAt\x12=\n" +
+	"\fresource_ref\x18\a \x01(\v2\x1a.agentplane.v1.ResourceRefR\vresourceRef\x121\n" +
+	"\aoutputs\x18\b \x01(\v2\x17.google.protobuf.StructR\aoutputs\"\x86\x01\n" +
+	"\vResourceRef\x12\x1f\n" +
+	"\vapi_version\x18\x01 \x01(\tR\n" +
+	"apiVersion\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\x81\x01\n" +
 	"\x13WriteStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
 	"statusJson\x12)\n" +
@@ -404,25 +1122,45 @@ func file_agentplane_v1_status_proto_rawDescGZIP() []byte {
 	return file_agentplane_v1_status_proto_rawDescData
 }
 
-var file_agentplane_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_agentplane_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_agentplane_v1_status_proto_goTypes = []any{
-	(*ObjectRef)(nil),           // 0: agentplane.v1.ObjectRef
-	(*Condition)(nil),           // 1: agentplane.v1.Condition
-	(*WriteStatusRequest)(nil),  // 2: agentplane.v1.WriteStatusRequest
-	(*WriteStatusResponse)(nil), // 3: agentplane.v1.WriteStatusResponse
-	(*structpb.Struct)(nil),     // 4: google.protobuf.Struct
+	(*ObjectRef)(nil),              // 0: agentplane.v1.ObjectRef
+	(*Condition)(nil),              // 1: agentplane.v1.Condition
+	(*WriteStatusRequest)(nil),     // 2: agentplane.v1.WriteStatusRequest
+	(*AgentRunFields)(nil),         // 3: agentplane.v1.AgentRunFields
+	(*JobRef)(nil),                 // 4: agentplane.v1.JobRef
+	(*WorkflowStatus)(nil),         // 5: agentplane.v1.WorkflowStatus
+	(*WorkflowStepStatus)(nil),     // 6: agentplane.v1.WorkflowStepStatus
+	(*Artifact)(nil),               // 7: agentplane.v1.Artifact
+	(*OrchestrationRunFields)(nil), // 8: agentplane.v1.OrchestrationRunFields
+	(*StepStatus)(nil),             // 9: agentplane.v1.StepStatus
+	(*ResourceRef)(nil),            // 10: agentplane.v1.ResourceRef
+	(*WriteStatusResponse)(nil),    // 11: agentplane.v1.WriteStatusResponse
+	nil,                            // 12: agentplane.v1.AgentRunFields.RuntimeRefEntry
+	(*structpb.Struct)(nil),        // 13: google.protobuf.Struct
 }
 var file_agentplane_v1_status_proto_depIdxs = []int32{
-	0, // 0: agentplane.v1.WriteStatusRequest.object:type_name -> agentplane.v1.ObjectRef
-	1, // 1: agentplane.v1.WriteStatusRequest.conditions:type_name -> agentplane.v1.Condition
-	4, // 2: agentplane.v1.WriteStatusRequest.fields:type_name -> google.protobuf.Struct
-	2, // 3: agentplane.v1.StatusWriter.WriteStatus:input_type -> agentplane.v1.WriteStatusRequest
-	3, // 4: agentplane.v1.StatusWriter.WriteStatus:output_type -> agentplane.v1.WriteStatusResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: agentplane.v1.WriteStatusRequest.object:type_name -> agentplane.v1.ObjectRef
+	1,  // 1: agentplane.v1.WriteStatusRequest.conditions:type_name -> agentplane.v1.Condition
+	13, // 2: agentplane.v1.WriteStatusRequest.fields:type_name -> google.protobuf.Struct
+	3,  // 3: agentplane.v1.WriteStatusRequest.agent_run:type_name -> agentplane.v1.AgentRunFields
+	8,  // 4: agentplane.v1.WriteStatusRequest.orchestration_run:type_name -> agentplane.v1.OrchestrationRunFields
+	12, // 5: agentplane.v1.AgentRunFields.runtime_ref:type_name -> agentplane.v1.AgentRunFields.RuntimeRefEntry
+	4,  // 6: agentplane.v1.AgentRunFields.job_ref:type_name -> agentplane.v1.JobRef
+	5,  // 7: agentplane.v1.AgentRunFields.workflow:type_name -> agentplane.v1.WorkflowStatus
+	7,  // 8: agentplane.v1.AgentRunFields.artifacts:type_name -> agentplane.v1.Artifact
+	6,  // 9: agentplane.v1.WorkflowStatus.steps:type_name -> agentplane.v1.WorkflowStepStatus
+	4,  // 10: agentplane.v1.WorkflowStepStatus.job_ref:type_name -> agentplane.v1.JobRef
+	9,  // 11: agentplane.v1.OrchestrationRunFields.step_statuses:type_name -> agentplane.v1.StepStatus
+	10, // 12: agentplane.v1.StepStatus.resource_ref:type_name -> agentplane.v1.ResourceRef
+	13, // 13: agentplane.v1.StepStatus.outputs:type_name -> google.protobuf.Struct
+	2,  // 14: agentplane.v1.StatusWriter.WriteStatus:input_type -> agentplane.v1.WriteStatusRequest
+	11, // 15: agentplane.v1.StatusWriter.WriteStatus:output_type -> agentplane.v1.WriteStatusResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_agentplane_v1_status_proto_init() }
@@ -430,13 +1168,17 @@ func file_agentplane_v1_status_proto_init() {
 	if File_agentplane_v1_status_proto != nil {
 		return
 	}
+	file_agentplane_v1_status_proto_msgTypes[2].OneofWrappers = []any{
+		(*WriteStatusRequest_AgentRun)(nil),
+		(*WriteStatusRequest_OrchestrationRun)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentplane_v1_status_proto_rawDesc), len(file_agentplane_v1_status_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

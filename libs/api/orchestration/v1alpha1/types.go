@@ -5,9 +5,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ConditionCancelled is the condition type a cancelled OrchestrationRun carries.
-const ConditionCancelled = "Cancelled"
-
 // NameRef names an object in the same namespace.
 type NameRef struct {
 	// +kubebuilder:validation:MinLength=1

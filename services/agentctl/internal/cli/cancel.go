@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/agentplane/agentplane/libs/reasons"
 )
 
 // cancelKinds are the kinds agentctl cancel accepts, by the names kubectl users type.
@@ -119,7 +121,7 @@ func cancelOutcome(u *unstructured.Unstructured) (string, bool) {
 		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 		for _, c := range conds {
 			m, _ := c.(map[string]any)
-			if m["type"] == "Cancelled" && m["reason"] == "CancelIgnoredTerminal" {
+			if m["type"] == reasons.CondCancelled && m["reason"] == reasons.CancelIgnoredTerminal {
 				return fmt.Sprintf("%s: %v", phase, m["message"]), true
 			}
 		}

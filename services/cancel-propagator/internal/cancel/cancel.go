@@ -16,6 +16,7 @@ package cancel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -24,8 +25,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,7 +55,7 @@ import (
 )
 
 // CondCancelled is the condition cancel-propagator sets on the runs it handles.
-const CondCancelled = orchv1alpha1.ConditionCancelled
+const CondCancelled = reasons.CondCancelled
 
 // WorkflowGVR is Argo's Workflow, stopped when its CRD is served.
 var WorkflowGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "workflows"}
@@ -768,13 +767,12 @@ func cond(status metav1.ConditionStatus, reason, message string) *pb.Condition {
 
 // write records the run's status through status-writer; phase "" keeps the phase.
 func (p *Propagator) write(ctx context.Context, r run, phase, reason, message string, c *pb.Condition) error {
-	_, err := p.d.Status.Write(ctx, &pb.WriteStatusRequest{
-		Object:             &pb.ObjectRef{Kind: r.kind, Namespace: r.meta.Namespace, Name: r.meta.Name, Uid: string(r.meta.UID)},
-		ObservedGeneration: r.meta.Generation, Phase: phase, Reason: reason, Message: message, Conditions: []*pb.Condition{c},
-	})
-	switch grpcstatus.Code(err) {
-	case codes.OK, codes.NotFound:
+	_, err := p.d.Status.Write(ctx, statusclient.Request(r.kind, &r.meta, r.meta.Generation, phase, reason, message, c))
+	switch err := statusclient.Outcome(err); {
+	case err == nil:
 		return nil
+	case errors.Is(err, statusclient.ErrStale):
+		return controller.Waiting(err) // the run moved on: the retry reads the newer object
 	default:
 		return fmt.Errorf("write %s %s/%s status: %w", r.kind, r.meta.Namespace, r.meta.Name, err)
 	}

@@ -18,14 +18,13 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,7 +59,7 @@ const (
 
 // CondJobMissing is the AgentRun condition job-gc sets when the run's Job is gone before its
 // outcome was recorded (reason WorkflowJobMissing), and clears (reason JobFound) if it is back.
-const CondJobMissing = "JobMissing"
+const CondJobMissing = reasons.CondJobMissing
 
 // Deps are what job-gc talks to. Registry may be nil.
 type Deps struct {
@@ -538,7 +537,7 @@ func (g *GC) checkJobs(ctx context.Context, key string, ar *agentsv1alpha1.Agent
 	}
 	msg += "; its result cannot be collected"
 	if err := g.write(ctx, ar, agentsv1alpha1.PhaseFailed, reasons.WorkflowJobMissing, msg,
-		&pb.Condition{Type: "Succeeded", Status: "False", Reason: reasons.WorkflowJobMissing, Message: msg}); err != nil {
+		&pb.Condition{Type: reasons.CondSucceeded, Status: "False", Reason: reasons.WorkflowJobMissing, Message: msg}); err != nil {
 		return err
 	}
 	g.failed.WithLabelValues(ar.Namespace).Inc()
@@ -553,16 +552,15 @@ func (g *GC) write(ctx context.Context, ar *agentsv1alpha1.AgentRun, phase, reas
 	if gen == 0 {
 		gen = ar.Generation
 	}
-	_, err := g.d.Status.Write(ctx, &pb.WriteStatusRequest{
-		Object:             &pb.ObjectRef{Kind: "AgentRun", Namespace: ar.Namespace, Name: ar.Name, Uid: string(ar.UID)},
-		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message, Conditions: conds,
-	})
-	switch grpcstatus.Code(err) {
-	case codes.OK, codes.NotFound:
+	_, err := g.d.Status.Write(ctx, statusclient.Request("AgentRun", ar, gen, phase, reason, message, conds...))
+	switch err := statusclient.Outcome(err); {
+	case err == nil:
 		return nil
+	case errors.Is(err, statusclient.ErrStale):
+		// The run moved on (finished, a newer generation): the retry reads the newer object
+		// from the cache.
+		return controller.Waiting(err)
 	default:
-		// FailedPrecondition too: the run moved on (finished, a newer generation); the retry
-		// reads the newer object from the cache.
 		return fmt.Errorf("write AgentRun %s/%s status: %w", ar.Namespace, ar.Name, err)
 	}
 }

@@ -18,21 +18,14 @@ import (
 	"github.com/agentplane/agentplane/libs/reasons"
 )
 
-// Condition types of an AgentRun.
+// Condition types and status reasons of the run kinds (libs/reasons has them all).
 const (
-	// CondAccepted: the run passed validation and admission and its Job was created (True), or
-	// why not (False: InvalidSpec, MissingSecret, Forbidden, QueueFull; Unknown: Queued).
-	CondAccepted = "Accepted"
-	// CondSucceeded: set when the run finishes: True (Completed) or False (why it failed).
-	CondSucceeded = "Succeeded"
-)
-
-// Status reasons of a run's phase besides the stable event reasons.
-const (
-	ReasonRunning    = "Running"
-	ReasonCompleted  = "Completed"
-	ReasonStepFailed = "StepFailed"
-	ReasonRetrying   = "Retrying"
+	CondAccepted     = reasons.CondAccepted
+	CondSucceeded    = reasons.CondSucceeded
+	ReasonRunning    = reasons.Running
+	ReasonCompleted  = reasons.Completed
+	ReasonStepFailed = reasons.StepFailed
+	ReasonRetrying   = reasons.Retrying
 )
 
 var secretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}

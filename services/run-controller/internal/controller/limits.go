@@ -7,12 +7,13 @@ import (
 	"time"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/reasons"
 )
 
-// Status reasons of admission.
+// Status reasons of admission (libs/reasons).
 const (
-	ReasonQueued    = "Queued"
-	ReasonQueueFull = "QueueFull"
+	ReasonQueued    = reasons.Queued
+	ReasonQueueFull = reasons.QueueFull
 )
 
 // scopes are what a run counts against: its namespace, its Agent and its repository.

@@ -13,10 +13,12 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/libs/statusclient"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
-// Condition type of an OrchestrationRun besides Cancelled.
-const CondReady = "Ready"
+// Condition type of an OrchestrationRun besides Cancelled (libs/reasons).
+const CondReady = reasons.CondReady
 
 // Keys of an Orchestration step's `with` that configure the step's AgentRun rather than pass
 // through as parameters.
@@ -69,8 +71,11 @@ func (c *Controller) reconcileOrchestrationRun(ctx context.Context, ns, name str
 		sameJSON(or.Status.StepStatuses, st.steps) && condsSay(or.Status.Conditions, st.conds) {
 		return result{}, nil
 	}
-	return result{}, c.writeStatus(ctx, "OrchestrationRun", ns, name, string(or.UID), or.Generation, st.phase, st.reason, st.message, st.conds,
-		map[string]any{"runId": string(or.UID), "stepStatuses": st.steps})
+	fields, err := statusclient.OrchestrationRunFields(string(or.UID), st.steps)
+	if err != nil {
+		return result{}, fmt.Errorf("encode OrchestrationRun %s/%s status fields: %w", ns, name, err)
+	}
+	return result{}, c.writeStatus(ctx, "OrchestrationRun", ns, name, string(or.UID), or.Generation, st.phase, st.reason, st.message, st.conds, fields)
 }
 
 // orchChildren are the run's step AgentRuns in the cache, by step name: those it controls.
@@ -229,7 +234,11 @@ func (c *Controller) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 	// A start claim on the run, recording the step as starting: refused once the cancel is in,
 	// even if the cache has not seen it, so no step starts after a cancel.
 	steps := withStarting(orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending, Message: "starting: creating AgentRun " + ar.Name})
-	if granted, err := c.claim(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), map[string]any{"stepStatuses": steps}); err != nil || !granted {
+	fields, err := statusclient.OrchestrationRunFields("", steps)
+	if err != nil {
+		return nil, fmt.Errorf("encode OrchestrationRun %s/%s step statuses: %w", or.Namespace, or.Name, err)
+	}
+	if granted, err := c.claim(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), fields); err != nil || !granted {
 		return nil, err
 	}
 	runs := c.client.AgentsV1alpha1().AgentRuns(or.Namespace)
@@ -291,7 +300,7 @@ func (c *Controller) stopOrch(ctx context.Context, or *orchv1alpha1.Orchestratio
 		return nil
 	}
 	if err := c.writeStatus(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), or.Generation, phase, reason, message, conds,
-		map[string]any{"runId": string(or.UID)}); err != nil {
+		&pb.OrchestrationRunFields{RunId: string(or.UID)}); err != nil {
 		return err
 	}
 	if !fail && reason == reasons.Forbidden {

@@ -4,18 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	scaffold "github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 )
 
@@ -39,19 +42,22 @@ func (c *Controller) setRunStatus(ctx context.Context, ar *agentsv1alpha1.AgentR
 	if runStatusSays(ar, st) {
 		return nil
 	}
-	fields := map[string]any{}
-	if st.jobRef != nil {
-		fields["jobRef"] = st.jobRef
-		fields["runtimeRef"] = map[string]string{"apiVersion": "batch/v1", "kind": "Job", "name": st.jobRef.Name,
-			"namespace": st.jobRef.Namespace, "uid": st.jobRef.UID}
-	}
-	if st.workflow != nil {
-		fields["workflow"] = st.workflow
+	var fields proto.Message
+	if st.jobRef != nil || st.workflow != nil {
+		f, err := statusclient.AgentRunFields(st.jobRef, st.workflow)
+		if err != nil {
+			return fmt.Errorf("encode AgentRun %s/%s status fields: %w", ar.Namespace, ar.Name, err)
+		}
+		fields = f
 	}
 	return c.writeStatus(ctx, "AgentRun", ar.Namespace, ar.Name, string(ar.UID), ar.Generation, st.phase, st.reason, st.message, st.conds, fields)
 }
 
-func (c *Controller) writeStatus(ctx context.Context, kind, ns, name, uid string, gen int64, phase, reason, message string, conds []cond, fields map[string]any) error {
+// writeStatus writes an object's status through status-writer; fields are its kind's typed
+// fields (nil: none). A write refused as stale (the object moved on) is a wait: the reconcile is
+// retried with backoff and sees the newer object (statusclient.Outcome, the policy every
+// controller shares).
+func (c *Controller) writeStatus(ctx context.Context, kind, ns, name, uid string, gen int64, phase, reason, message string, conds []cond, fields proto.Message) error {
 	req := &pb.WriteStatusRequest{
 		Object:             &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
 		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message,
@@ -59,33 +65,18 @@ func (c *Controller) writeStatus(ctx context.Context, kind, ns, name, uid string
 	for _, cd := range conds {
 		req.Conditions = append(req.Conditions, &pb.Condition{Type: cd.typ, Status: string(cd.status), Reason: cd.reason, Message: cd.message})
 	}
-	if len(fields) > 0 {
-		raw, err := json.Marshal(fields)
-		if err != nil {
-			return fmt.Errorf("encode status fields: %w", err)
-		}
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
-		s, err := structpb.NewStruct(m)
-		if err != nil {
-			return fmt.Errorf("encode status fields: %w", err)
-		}
-		req.Fields = s
-	}
+	statusclient.WithFields(req, fields)
 	start := time.Now()
 	_, err := c.d.Status.Write(ctx, req)
 	c.d.Metrics.statusWrites.WithLabelValues(kind).Inc()
-	switch grpcstatus.Code(err) {
-	case codes.OK:
+	err = statusclient.Outcome(err)
+	switch {
+	case err == nil:
 		return nil
-	case codes.NotFound:
-		return nil // deleted meanwhile
-	case codes.FailedPrecondition:
-		// The object moved on (a newer generation, a terminal phase written by another
-		// writer): the next event brings the newer object.
-		logging.FromContext(ctx).Info("status write refused by the contract; waiting for the newer object",
+	case errors.Is(err, statusclient.ErrStale):
+		logging.FromContext(ctx).Info("status write refused by the contract; looking again",
 			"kind", kind, "object", ns+"/"+name, "err", err, "took", time.Since(start))
-		return nil
+		return scaffold.Waiting(err)
 	default:
 		return fmt.Errorf("write %s %s/%s status: %w", kind, ns, name, err)
 	}
@@ -157,26 +148,20 @@ func (c *Controller) claimStart(ctx context.Context, ar *agentsv1alpha1.AgentRun
 // claim asks status-writer for a start claim on an object (WriteStatusRequest.claim): granted
 // unless the object's spec.cancel is true (or it is gone), judged on the live object. fields,
 // if any, are written with it.
-func (c *Controller) claim(ctx context.Context, kind, ns, name, uid string, fields map[string]any) (bool, error) {
-	req := &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid}, ObservedGeneration: 1, Claim: true}
-	if len(fields) > 0 {
-		raw, err := json.Marshal(fields)
-		if err != nil {
-			return false, fmt.Errorf("encode status fields: %w", err)
-		}
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
-		if req.Fields, err = structpb.NewStruct(m); err != nil {
-			return false, fmt.Errorf("encode status fields: %w", err)
-		}
-	}
+func (c *Controller) claim(ctx context.Context, kind, ns, name, uid string, fields proto.Message) (bool, error) {
+	req := statusclient.WithFields(&pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
+		ObservedGeneration: 1, Claim: true}, fields)
 	_, err := c.d.Status.Write(ctx, req)
 	c.d.Metrics.statusWrites.WithLabelValues(kind).Inc()
-	switch grpcstatus.Code(err) {
-	case codes.OK:
+	if grpcstatus.Code(err) == codes.NotFound { // nothing to start for
+		logging.FromContext(ctx).Info("start refused: the run is gone", "kind", kind, "object", ns+"/"+name)
+		return false, nil
+	}
+	switch err := statusclient.Outcome(err); {
+	case err == nil:
 		return true, nil
-	case codes.FailedPrecondition, codes.NotFound:
-		logging.FromContext(ctx).Info("start refused: the run is cancelled or gone", "kind", kind, "object", ns+"/"+name, "err", err)
+	case errors.Is(err, statusclient.ErrStale):
+		logging.FromContext(ctx).Info("start refused: the run is cancelled", "kind", kind, "object", ns+"/"+name, "err", err)
 		return false, nil
 	default:
 		return false, fmt.Errorf("claim a start on %s %s/%s: %w", kind, ns, name, err)

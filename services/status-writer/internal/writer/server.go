@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -12,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -64,8 +67,14 @@ func (s *Server) WriteStatus(ctx context.Context, in *pb.WriteStatusRequest) (*p
 			Message: redact.String(c.GetMessage()), ObservedGeneration: c.GetObservedGeneration(),
 		})
 	}
-	if in.GetFields() != nil {
-		req.Fields = redactMessages(in.GetFields().AsMap()).(map[string]any)
+	fields, err := kindFields(in)
+	if err != nil {
+		s.writer.metrics.writes.WithLabelValues(metricKind(req.Kind), "invalid").Inc()
+		span.SetStatus(otelcodes.Error, err.Error())
+		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+	}
+	if fields != nil {
+		req.Fields = redactMessages(fields).(map[string]any)
 	}
 	res, err := s.writer.Write(ctx, req)
 	outcome, code := classify(err)
@@ -84,6 +93,44 @@ func (s *Server) WriteStatus(ctx context.Context, in *pb.WriteStatusRequest) (*p
 		return nil, grpcstatus.Error(codes.Internal, err.Error())
 	}
 	return &pb.WriteStatusResponse{StatusJson: raw, ResourceVersion: res.ResourceVersion, Generation: res.Generation}, nil
+}
+
+// kindFields are the request's kind-specific fields by their JSON names: from the typed
+// agent_run or orchestration_run, or from the untyped fields of the release before (accepted for
+// one release, for a rolling upgrade's old pods). Both at once, or the typed fields of another
+// kind than the object's, are refused.
+func kindFields(in *pb.WriteStatusRequest) (map[string]any, error) {
+	var typed proto.Message
+	switch f := in.GetKindFields().(type) {
+	case *pb.WriteStatusRequest_AgentRun:
+		if k := in.GetObject().GetKind(); k != "AgentRun" {
+			return nil, fmt.Errorf("%w: agent_run fields on a %s; send the fields of the object's kind", status.ErrInvalid, k)
+		}
+		typed = f.AgentRun
+	case *pb.WriteStatusRequest_OrchestrationRun:
+		if k := in.GetObject().GetKind(); k != "OrchestrationRun" {
+			return nil, fmt.Errorf("%w: orchestration_run fields on a %s; send the fields of the object's kind", status.ErrInvalid, k)
+		}
+		typed = f.OrchestrationRun
+	}
+	old := in.GetFields() //nolint:staticcheck // SA1019: the previous release's form, still accepted
+	switch {
+	case typed != nil && old != nil:
+		return nil, fmt.Errorf("%w: both fields (the deprecated untyped form) and typed %s fields are set; send only the typed ones", status.ErrInvalid, in.GetObject().GetKind())
+	case old != nil:
+		return old.AsMap(), nil
+	case typed == nil:
+		return nil, nil
+	}
+	raw, err := protojson.Marshal(typed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", status.ErrInvalid, err)
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("%w: %w", status.ErrInvalid, err)
+	}
+	return out, nil
 }
 
 // classify maps a write error to a metric outcome and a gRPC code an operator can act on.

@@ -280,6 +280,11 @@ func TestErrorsMapToCodes(t *testing.T) {
 		{"missing object", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "nope"}, ObservedGeneration: 1}, codes.NotFound, "nope"},
 		{"uid mismatch", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "errs", Uid: "0000"}, ObservedGeneration: 1}, codes.FailedPrecondition, "UID"},
 		{"phase on Agent", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "Agent", Namespace: ns, Name: "a"}, ObservedGeneration: 1, Phase: "Running"}, codes.InvalidArgument, "no phase"},
+		{"typed fields of another kind", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1,
+			KindFields: &pb.WriteStatusRequest_OrchestrationRun{OrchestrationRun: &pb.OrchestrationRunFields{RunId: "r"}}}, codes.InvalidArgument, "orchestration_run fields on a AgentRun"},
+		{"typed and untyped fields at once", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1,
+			Fields:     mustStruct(t, map[string]any{"jobRef": map[string]any{"name": "x"}}),
+			KindFields: &pb.WriteStatusRequest_AgentRun{AgentRun: &pb.AgentRunFields{JobRef: &pb.JobRef{Name: "x"}}}}, codes.InvalidArgument, "send only the typed ones"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,6 +300,73 @@ func TestErrorsMapToCodes(t *testing.T) {
 	}
 	if live.Status.UpdatedAt != nil {
 		t.Fatalf("a refused request wrote status: %+v", live.Status)
+	}
+}
+
+// TestTypedFieldsAndThePreviousReleasesUntypedFieldsWriteTheSameStatus: during a rolling upgrade
+// a pod of the previous release sends kind fields as an untyped Struct, a new pod sends the
+// typed messages; status-writer writes both, to the same status.
+func TestTypedFieldsAndThePreviousReleasesUntypedFieldsWriteTheSameStatus(t *testing.T) {
+	ns := newNamespace(t)
+	start := metav1.NewTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	wf := &agentsv1alpha1.WorkflowStatus{Phase: "Running", LastTransitionTime: &start, Steps: []agentsv1alpha1.WorkflowStepStatus{
+		{Name: "plan", Phase: "Succeeded", Attempt: 2, StartedAt: &start, JobRef: &agentsv1alpha1.JobRef{Name: "plan-1", Namespace: ns, UID: "u-2"}},
+		{Name: "apply", Phase: "Pending", Message: "waiting"},
+	}}
+	job := &agentsv1alpha1.JobRef{Name: "plan-1", Namespace: ns, UID: "u-2"}
+	typed, err := statusclient.AgentRunFields(job, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPod := newRun(t, ns, "typed")
+	got, err := write(t, statusclient.WithFields(statusclient.Request("AgentRun", newPod, 1, "Running", "Running", "steps run"), typed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(map[string]any{"jobRef": job, "workflow": wf,
+		"runtimeRef": map[string]string{"apiVersion": "batch/v1", "kind": "Job", "name": job.Name, "namespace": ns, "uid": job.UID}})
+	var untyped map[string]any
+	if err := json.Unmarshal(raw, &untyped); err != nil {
+		t.Fatal(err)
+	}
+	oldPod := newRun(t, ns, "untyped")
+	req := statusclient.Request("AgentRun", oldPod, 1, "Running", "Running", "steps run")
+	req.Fields = mustStruct(t, untyped) //nolint:staticcheck // SA1019: the previous release's form, on purpose
+	want, err := write(t, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.JobRef == nil || *got.JobRef != *job || got.RuntimeRef["name"].Raw == nil || got.Workflow == nil || len(got.Workflow.Steps) != 2 ||
+		got.Workflow.Steps[0].Attempt != 2 || !got.Workflow.Steps[0].StartedAt.Equal(&start) || got.Workflow.Steps[1].Message != "waiting" {
+		t.Fatalf("typed write: status %+v", got)
+	}
+	g, _ := json.Marshal(map[string]any{"jobRef": got.JobRef, "runtimeRef": got.RuntimeRef, "workflow": got.Workflow})
+	w, _ := json.Marshal(map[string]any{"jobRef": want.JobRef, "runtimeRef": want.RuntimeRef, "workflow": want.Workflow})
+	if string(g) != string(w) {
+		t.Fatalf("typed and untyped writes differ:\ntyped   %s\nuntyped %s", g, w)
+	}
+
+	// The OrchestrationRun's fields, typed.
+	orun := &orchestrationv1alpha1.OrchestrationRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "typed-or"},
+		Spec: orchestrationv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchestrationv1alpha1.NameRef{Name: "o"}}}
+	if err := kc.Create(context.Background(), orun); err != nil {
+		t.Fatal(err)
+	}
+	of, err := statusclient.OrchestrationRunFields("r-9", []orchestrationv1alpha1.StepStatus{{Name: "plan", Kind: "AgentRun", Phase: "Running",
+		ResourceRef: &orchestrationv1alpha1.ResourceRef{APIVersion: "agents.proompteng.ai/v1alpha1", Kind: "AgentRun", Name: "typed-or-plan"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := sw.Write(context.Background(), statusclient.WithFields(statusclient.Request("OrchestrationRun", orun, 1, "Running", "", ""), of))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ost orchestrationv1alpha1.OrchestrationRunStatus
+	if err := json.Unmarshal(resp.GetStatusJson(), &ost); err != nil {
+		t.Fatal(err)
+	}
+	if ost.RunID != "r-9" || len(ost.StepStatuses) != 1 || ost.StepStatuses[0].ResourceRef == nil || ost.StepStatuses[0].ResourceRef.Name != "typed-or-plan" {
+		t.Fatalf("orchestrationrun status = %+v", ost)
 	}
 }
 
