@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/libs/redact"
 )
 
 // Condition types and status reasons of the run kinds (libs/reasons has them all).
@@ -367,6 +369,7 @@ func (c *Controller) stop(ctx context.Context, ar *agentsv1alpha1.AgentRun, p *p
 		st.phase = agentsv1alpha1.PhasePending
 	}
 	if c.warnOnce(key, p.reason+"/"+p.message) {
+		logProblem(ctx, "AgentRun", key, st.phase, p.reason, p.message)
 		c.emit(ctx, ar, "Warning", eventReason(p.reason), "Admit", p.message, false)
 	}
 	if err := c.setRunStatus(ctx, ar, st); err != nil {
@@ -376,6 +379,17 @@ func (c *Controller) stop(ctx context.Context, ar *agentsv1alpha1.AgentRun, p *p
 		return &waiting{p}
 	}
 	return nil
+}
+
+// logProblem logs, once per distinct problem (warnOnce), why a run failed or waits: the status
+// and the event say it too, but an operator reading the controller's log should not have to
+// look elsewhere. The message is redacted as status-writer redacts it.
+func logProblem(ctx context.Context, kind, key, phase, reason, message string) {
+	verb := "waits"
+	if phase == agentsv1alpha1.PhaseFailed {
+		verb = "failed"
+	}
+	logging.FromContext(ctx).Warn(kind+" "+verb, "object", key, "phase", phase, "reason", reason, "message", redact.String(message))
 }
 
 // eventReason maps a status reason onto the stable event reasons.

@@ -290,6 +290,7 @@ func (c *Controller) stopOrch(ctx context.Context, or *orchv1alpha1.Orchestratio
 		phase = agentsv1alpha1.PhaseFailed
 	}
 	if c.warnOnce("or:"+nsKey(or.Namespace, or.Name), reason+"/"+message) {
+		logProblem(ctx, "OrchestrationRun", nsKey(or.Namespace, or.Name), phase, reason, message)
 		c.emit(ctx, or, "Warning", eventReason(reason), "Reconcile", message, false)
 	}
 	conds := []cond{{CondReady, metav1.ConditionFalse, reason, message}}

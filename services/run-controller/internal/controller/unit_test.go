@@ -1,7 +1,10 @@
 package controller
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/logging"
 )
 
 func TestJobNamesAreDeterministicShortAndDistinct(t *testing.T) {
@@ -292,5 +296,27 @@ func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 		if strings.HasPrefix(e.Name, "AGENTPLANE_SIMULATE_") {
 			t.Errorf("%s set for a run without simulate-* annotations", e.Name)
 		}
+	}
+}
+
+// A run that fails or waits is logged once by the controller, with its reason, and its message
+// redacted as status-writer redacts the status's.
+func TestAProblemIsLoggedWithItsReasonAndNoSecret(t *testing.T) {
+	var buf bytes.Buffer
+	ctx := logging.IntoContext(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)))
+	logProblem(ctx, "AgentRun", "ns/r", agentsv1alpha1.PhaseFailed, "InvalidSpec", "image pull with ghp_0123456789abcdefghijABCDEFGHIJklmnop refused")
+	line := buf.String()
+	for _, want := range []string{`"msg":"AgentRun failed"`, `"object":"ns/r"`, `"reason":"InvalidSpec"`, "image pull with"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %s lacks %s", line, want)
+		}
+	}
+	if strings.Contains(line, "ghp_0123456789") {
+		t.Errorf("a secret shape reached the log: %s", line)
+	}
+	buf.Reset()
+	logProblem(ctx, "OrchestrationRun", "ns/o", agentsv1alpha1.PhasePending, "Forbidden", "refused")
+	if !strings.Contains(buf.String(), `"msg":"OrchestrationRun waits"`) {
+		t.Errorf("a wait logged as %s", buf.String())
 	}
 }
