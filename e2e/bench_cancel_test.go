@@ -157,18 +157,18 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 		if _, err := dyn.Resource(orchRuns).Namespace("agents").Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		var req, done time.Duration
+		var creq, done time.Duration
 		waitFor("the run Cancelled, its Jobs and pods gone", func() bool {
 			u, err := dyn.Resource(orchRuns).Namespace("agents").Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-			at(&req, start, requested(sel))
+			at(&creq, start, requested(sel))
 			return at(&done, start, phase == "Cancelled") && count(sel, false) == 0
 		})
 		viaCancel += time.Since(start)
-		cancelRequested += req
+		cancelRequested += creq
 		cancelled += done
 	}
 	b.ReportMetric(0, "ns/op")
