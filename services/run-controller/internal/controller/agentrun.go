@@ -216,6 +216,12 @@ func (c *Controller) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 		}
 	}
 	c.limits.markActive(ar)
+	return result{}, c.setRunStatus(ctx, ar, jobRunStatus(job, c.podRunning))
+}
+
+// jobRunStatus is the status a job-runtime run's Job says: Succeeded or Failed from its final
+// condition, Running once a pod of it has run, else Pending.
+func jobRunStatus(job *batchv1.Job, running func(*batchv1.Job) bool) runStatus {
 	st := runStatus{jobRef: refOf(job), conds: []cond{{CondAccepted, metav1.ConditionTrue, reasons.JobCreated, "Job " + job.Name + " created"}}}
 	switch done, failed, reason, msg := jobOutcome(job); {
 	case done && !failed:
@@ -224,12 +230,12 @@ func (c *Controller) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 	case done:
 		st.phase, st.reason, st.message = agentsv1alpha1.PhaseFailed, reason, msg
 		st.conds = append(st.conds, cond{CondSucceeded, metav1.ConditionFalse, reason, msg})
-	case c.podRunning(job):
+	case running(job):
 		st.phase, st.reason, st.message = agentsv1alpha1.PhaseRunning, ReasonRunning, "Job "+job.Name+" is running"
 	default:
 		st.phase, st.reason, st.message = agentsv1alpha1.PhasePending, reasons.JobCreated, "Job "+job.Name+" created; waiting for its pod to run"
 	}
-	return result{}, c.setRunStatus(ctx, ar, st)
+	return st
 }
 
 // startJob admits the run (first Job only) and creates the Job. It returns the Job, or nil and

@@ -124,3 +124,39 @@ func TestStepWorkTakesWhatTheStepOverrides(t *testing.T) {
 		t.Errorf("a step that overrides nothing: %+v", same)
 	}
 }
+
+// The status a job-runtime run's Job maps to, as a table.
+func TestJobRunStatus(t *testing.T) {
+	job := func(conds ...batchv1.JobCondition) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "u"}, Status: batchv1.JobStatus{Conditions: conds}}
+	}
+	for _, tc := range []struct {
+		name                string
+		job                 *batchv1.Job
+		running             bool
+		phase, reason, succ string // succ: the Succeeded condition's status, "" for none
+	}{
+		{"created, no pod yet", job(), false, agentsv1alpha1.PhasePending, "JobCreated", ""},
+		{"a pod runs", job(), true, agentsv1alpha1.PhaseRunning, ReasonRunning, ""},
+		{"complete", job(batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}), true, agentsv1alpha1.PhaseSucceeded, ReasonCompleted, "True"},
+		{"failed, with the Job's reason", job(batchv1.JobCondition{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded"}), true,
+			agentsv1alpha1.PhaseFailed, "DeadlineExceeded", "False"},
+		{"a condition not True says nothing", job(batchv1.JobCondition{Type: batchv1.JobFailed, Status: corev1.ConditionFalse}), false, agentsv1alpha1.PhasePending, "JobCreated", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := jobRunStatus(tc.job, func(*batchv1.Job) bool { return tc.running })
+			if st.phase != tc.phase || st.reason != tc.reason || st.jobRef == nil || st.jobRef.Name != "j" {
+				t.Fatalf("status %+v, want %s/%s with the jobRef", st, tc.phase, tc.reason)
+			}
+			succ := ""
+			for _, c := range st.conds {
+				if c.typ == CondSucceeded {
+					succ = string(c.status)
+				}
+			}
+			if succ != tc.succ {
+				t.Errorf("Succeeded condition %q, want %q", succ, tc.succ)
+			}
+		})
+	}
+}
