@@ -329,14 +329,12 @@ func (p *Propagator) begin(ctx context.Context, r run, what string) (bool, time.
 	c := meta.FindStatusCondition(r.conds, CondCancelled)
 	p.mu.Lock()
 	done := p.done[r.meta.UID]
+	at, seen := p.requested[r.meta.UID]
 	p.mu.Unlock()
-	switch {
-	case r.phase == agentsv1alpha1.PhaseCancelled || done:
+	switch planCancel(r.phase, c, done, p.cfg.Enabled) {
+	case cancelNothing:
 		return false, time.Time{}, nil
-	case r.phase == agentsv1alpha1.PhaseSucceeded || r.phase == agentsv1alpha1.PhaseFailed:
-		if c != nil && c.Reason == reasons.CancelIgnoredTerminal {
-			return false, time.Time{}, nil
-		}
+	case cancelIgnoreTerminal:
 		msg := fmt.Sprintf("the run had already %s; cancel changes nothing", r.phase)
 		if err := p.write(ctx, r, "", "", "", cond(metav1.ConditionFalse, reasons.CancelIgnoredTerminal, msg)); err != nil {
 			return false, time.Time{}, err
@@ -344,10 +342,7 @@ func (p *Propagator) begin(ctx context.Context, r run, what string) (bool, time.
 		p.cancels.WithLabelValues(r.kind, reasons.CancelIgnoredTerminal).Inc()
 		p.emit(ctx, r, corev1.EventTypeNormal, reasons.CancelIgnoredTerminal, msg)
 		return false, time.Time{}, nil
-	case !p.cfg.Enabled:
-		if c != nil && c.Reason == reasons.CancelDisabled {
-			return false, time.Time{}, nil
-		}
+	case cancelDisabled:
 		msg := "cancel support is disabled (" + EnvEnabled + "=false): nothing was stopped; delete the run's resources by hand"
 		if err := p.write(ctx, r, "", "", "", cond(metav1.ConditionFalse, reasons.CancelDisabled, msg)); err != nil {
 			return false, time.Time{}, err
@@ -355,19 +350,17 @@ func (p *Propagator) begin(ctx context.Context, r run, what string) (bool, time.
 		p.cancels.WithLabelValues(r.kind, reasons.CancelDisabled).Inc()
 		p.emit(ctx, r, corev1.EventTypeWarning, reasons.CancelDisabled, msg)
 		return false, time.Time{}, nil
-	}
-	p.mu.Lock()
-	at, seen := p.requested[r.meta.UID]
-	p.mu.Unlock()
-	if seen {
+	case cancelResume:
+		if !seen {
+			// A restart: the condition keeps when the request was first recorded.
+			at = c.LastTransitionTime.Time
+			p.mu.Lock()
+			p.requested[r.meta.UID] = at
+			p.mu.Unlock()
+		}
 		return true, at, nil
 	}
-	if c != nil && c.Reason == reasons.CancelRequested {
-		// A restart: the condition keeps when the request was first recorded.
-		at = c.LastTransitionTime.Time
-		p.mu.Lock()
-		p.requested[r.meta.UID] = at
-		p.mu.Unlock()
+	if seen { // requested by this process; the cache has not shown its condition yet
 		return true, at, nil
 	}
 	at = p.d.Now()
@@ -382,20 +375,65 @@ func (p *Propagator) begin(ctx context.Context, r run, what string) (bool, time.
 	return true, at, nil
 }
 
+// cancelStep is what a cancelled run's reconcile does first.
+type cancelStep int
+
+const (
+	cancelNothing        cancelStep = iota // already Cancelled (or this process wrote it), or its no-op recorded
+	cancelIgnoreTerminal                   // record CancelIgnoredTerminal: the run had already finished
+	cancelDisabled                         // record CancelDisabled: cancel support is off
+	cancelResume                           // go on stopping: the request is recorded (its condition says since when)
+	cancelRequest                          // record CancelRequested, then stop everything
+)
+
+// planCancel decides a cancel's first step from the run's phase, its Cancelled condition (nil for
+// none), whether this process already wrote it Cancelled, and whether cancel support is on.
+func planCancel(phase string, c *metav1.Condition, doneHere, enabled bool) cancelStep {
+	switch {
+	case phase == agentsv1alpha1.PhaseCancelled || doneHere:
+		return cancelNothing
+	case phase == agentsv1alpha1.PhaseSucceeded || phase == agentsv1alpha1.PhaseFailed:
+		if c != nil && c.Reason == reasons.CancelIgnoredTerminal {
+			return cancelNothing
+		}
+		return cancelIgnoreTerminal
+	case !enabled:
+		if c != nil && c.Reason == reasons.CancelDisabled {
+			return cancelNothing
+		}
+		return cancelDisabled
+	case c != nil && c.Reason == reasons.CancelRequested:
+		return cancelResume
+	}
+	return cancelRequest
+}
+
+// finishReason is whether a cancel ends now, and how: Cancelled once nothing is left,
+// CancelTimedOut once the timeout has passed with something still running.
+func finishReason(left int, elapsed, timeout time.Duration) (bool, string) {
+	switch {
+	case left == 0:
+		return true, reasons.Cancelled
+	case elapsed >= timeout:
+		return true, reasons.CancelTimedOut
+	}
+	return false, ""
+}
+
 // finish writes the run Cancelled once nothing is left, or once the timeout has passed.
 func (p *Propagator) finish(ctx context.Context, r run, k string, at time.Time, left []string) (bool, error) {
 	elapsed := p.d.Now().Sub(at)
-	reason, msg := reasons.Cancelled, "cancelled"
+	end, reason := finishReason(len(left), elapsed, p.cfg.Timeout)
+	if !end {
+		// Events bring the run back as its children stop; a look every 2s is the safety net.
+		p.enqueueAfter(k, min(2*time.Second, p.cfg.Timeout-elapsed))
+		return false, nil
+	}
+	msg := "cancelled"
 	if stopped := p.stoppedSummary(r.meta.UID); stopped != "" {
 		msg += "; stopped " + stopped
 	}
-	if len(left) > 0 {
-		if elapsed < p.cfg.Timeout {
-			// Events bring the run back as its children stop; a look every 2s is the safety net.
-			p.enqueueAfter(k, min(2*time.Second, p.cfg.Timeout-elapsed))
-			return false, nil
-		}
-		reason = reasons.CancelTimedOut
+	if reason == reasons.CancelTimedOut {
 		msg = fmt.Sprintf("cancel timed out after %s (%s); still running: %s", p.cfg.Timeout, EnvTimeout, strings.Join(left, ", "))
 	}
 	if err := p.write(ctx, r, agentsv1alpha1.PhaseCancelled, reason, msg, cond(metav1.ConditionTrue, reason, msg)); err != nil {
