@@ -83,7 +83,7 @@ KUBE_VERSION_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean)
 
 SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator watch-gateway agentctl
-MODULES  := libs proto e2e examples/agent $(addprefix services/,$(SERVICES))
+MODULES  := libs libs/testenv proto e2e examples/agent $(addprefix services/,$(SERVICES))
 # Modules of our own code outside the workspace (built with GOWORK=off, for make cluster-up).
 TOOL_MODULES := hack/tools/registry hack/tools/coredns hack/cluster/pause
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)

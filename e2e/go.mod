@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentplane/agentplane/libs v0.0.0
+	github.com/agentplane/agentplane/libs/testenv v0.0.0
 	github.com/agentplane/agentplane/proto v0.0.0
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
@@ -124,5 +125,6 @@ require (
 
 replace (
 	github.com/agentplane/agentplane/libs => ../libs
+	github.com/agentplane/agentplane/libs/testenv => ../libs/testenv
 	github.com/agentplane/agentplane/proto => ../proto
 )
