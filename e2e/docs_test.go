@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// TestDocsNameOnlyTestsThatExist: docs/*.md and README.md cite tests by name as the proof of what
+// TestDocsNameOnlyTestsThatExist: docs/*.md, docs/*/*.md and README.md cite tests by name as the proof of what
 // they say (docs/security.md's threat model above all); every name cited is a test function in
 // the repository, so a renamed or deleted test cannot leave a claim without its proof.
 func TestDocsNameOnlyTestsThatExist(t *testing.T) {
@@ -40,7 +40,8 @@ func TestDocsNameOnlyTestsThatExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	docs = append(docs, filepath.Join(root, "README.md"))
+	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*", "*.md")) // docs/services/ and the like
+	docs = append(append(docs, pages...), filepath.Join(root, "README.md"))
 	cited := regexp.MustCompile("`((?:Test|Fuzz)[A-Z][A-Za-z0-9_]*)`")
 	n := 0
 	for _, doc := range docs {
