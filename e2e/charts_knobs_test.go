@@ -325,6 +325,7 @@ func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 			}
 			metricNames := regexp.MustCompile(`"((?:agentplane|grpc_server)_[a-z_]+)"`)
 			registered := map[string]bool{}
+			onScaffold := false // the service names itself to the controller scaffold, which names its metrics
 			for _, dir := range []string{filepath.Join(h.root, "services", sc.name), filepath.Join(h.root, "libs", "grpcx")} {
 				_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 					if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
@@ -332,9 +333,24 @@ func TestGrafanaDashboardsReadRegisteredSeries(t *testing.T) {
 						for _, m := range metricNames.FindAllStringSubmatch(string(b), -1) {
 							registered[m[1]] = true
 						}
+						onScaffold = onScaffold || strings.Contains(string(b), `Options{Service: "`+sc.name+`"`)
 					}
 					return nil
 				})
+			}
+			if onScaffold {
+				// libs/controller's metrics: "agentplane_<service>_" + each suffix its code names.
+				b, err := os.ReadFile(filepath.Join(h.root, "libs", "controller", "metrics.go"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				suffixes := regexp.MustCompile(`prefix \+ "([a-z_]+)"`).FindAllStringSubmatch(string(b), -1)
+				if len(suffixes) < 4 {
+					t.Fatalf("found %d metric names in libs/controller/metrics.go: the pattern no longer reads them", len(suffixes))
+				}
+				for _, m := range suffixes {
+					registered["agentplane_"+strings.ReplaceAll(sc.name, "-", "_")+"_"+m[1]] = true
+				}
 			}
 			for _, p := range dash.Panels {
 				if len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, `job="`+sc.name+`", namespace="agents"`) {
