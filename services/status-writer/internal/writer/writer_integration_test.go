@@ -158,7 +158,7 @@ func TestRunLifecycleKeepsTimestamps(t *testing.T) {
 	}
 	clk.Step(2 * time.Second)
 	running, err := write(t, &pb.WriteStatusRequest{Object: ref, ObservedGeneration: 1, Phase: "Running", Reason: "JobRunning",
-		Fields: mustStruct(t, map[string]any{"jobRef": map[string]any{"name": "life-job", "namespace": ns, "uid": "u-1"}})})
+		KindFields: &pb.WriteStatusRequest_AgentRun{AgentRun: &pb.AgentRunFields{JobRef: &pb.JobRef{Name: "life-job", Namespace: ns, Uid: "u-1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +274,9 @@ func TestErrorsMapToCodes(t *testing.T) {
 		has  string
 	}{
 		{"unknown kind", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "Pod", Namespace: ns, Name: "x"}, ObservedGeneration: 1}, codes.InvalidArgument, "AgentRun"},
-		{"bad field", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Fields: mustStruct(t, map[string]any{"jobRef": map[string]any{"nmae": "x"}})}, codes.InvalidArgument, "nmae"},
-		{"field of another kind", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Fields: mustStruct(t, map[string]any{"stepStatuses": []any{}})}, codes.InvalidArgument, "stepStatuses"},
+		// The previous release's untyped fields are still decoded strictly.
+		{"bad field", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Fields: mustStruct(t, map[string]any{"jobRef": map[string]any{"nmae": "x"}})}, codes.InvalidArgument, "nmae"},       //nolint:staticcheck // SA1019: on purpose
+		{"field of another kind", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Fields: mustStruct(t, map[string]any{"stepStatuses": []any{}})}, codes.InvalidArgument, "stepStatuses"}, //nolint:staticcheck // SA1019: on purpose
 		{"bad phase", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Done"}, codes.InvalidArgument, "Done"},
 		{"missing object", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "nope"}, ObservedGeneration: 1}, codes.NotFound, "nope"},
 		{"uid mismatch", &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "AgentRun", Namespace: ns, Name: "errs", Uid: "0000"}, ObservedGeneration: 1}, codes.FailedPrecondition, "UID"},
@@ -283,7 +284,7 @@ func TestErrorsMapToCodes(t *testing.T) {
 		{"typed fields of another kind", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1,
 			KindFields: &pb.WriteStatusRequest_OrchestrationRun{OrchestrationRun: &pb.OrchestrationRunFields{RunId: "r"}}}, codes.InvalidArgument, "orchestration_run fields on a AgentRun"},
 		{"typed and untyped fields at once", &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1,
-			Fields:     mustStruct(t, map[string]any{"jobRef": map[string]any{"name": "x"}}),
+			Fields:     mustStruct(t, map[string]any{"jobRef": map[string]any{"name": "x"}}), //nolint:staticcheck // SA1019: both forms at once, on purpose
 			KindFields: &pb.WriteStatusRequest_AgentRun{AgentRun: &pb.AgentRunFields{JobRef: &pb.JobRef{Name: "x"}}}}, codes.InvalidArgument, "send only the typed ones"},
 	}
 	for _, tc := range cases {
@@ -385,7 +386,8 @@ func TestOrchestrationRunAndAgentStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, err := sw.Write(ctx, &pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: "OrchestrationRun", Namespace: ns, Name: "or"}, ObservedGeneration: 1, Phase: "Running",
-		Fields: mustStruct(t, map[string]any{"runId": "r-1", "stepStatuses": []any{map[string]any{"name": "plan", "kind": "AgentRun", "phase": "Running"}}})})
+		KindFields: &pb.WriteStatusRequest_OrchestrationRun{OrchestrationRun: &pb.OrchestrationRunFields{RunId: "r-1",
+			StepStatuses: []*pb.StepStatus{{Name: "plan", Kind: "AgentRun", Phase: "Running"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -718,8 +720,8 @@ func TestSecretShapesStayOutOfStatus(t *testing.T) {
 	st, err := write(t, &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Failed", Reason: "StepFailed",
 		Message:    "push failed: password=" + secrets[0],
 		Conditions: []*pb.Condition{{Type: "Ready", Status: "False", Reason: "StepFailed", Message: "clone with " + secrets[1] + " refused"}},
-		Fields: mustStruct(t, map[string]any{"workflow": map[string]any{"steps": []any{
-			map[string]any{"name": "a", "phase": "Failed", "message": "Authorization: Bearer " + secrets[2]}}}}),
+		KindFields: &pb.WriteStatusRequest_AgentRun{AgentRun: &pb.AgentRunFields{Workflow: &pb.WorkflowStatus{Steps: []*pb.WorkflowStepStatus{
+			{Name: "a", Phase: "Failed", Message: "Authorization: Bearer " + secrets[2]}}}}},
 	})
 	if err != nil {
 		t.Fatal(err)
