@@ -42,9 +42,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/redact"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
@@ -87,11 +87,10 @@ type Console struct {
 	Reads map[string]gateway.Authorizer
 	// Runs is the runs stream's cache.
 	Runs *runs.Source
-	// Kube reads events and Jobs; Agents and Orch read Orchestrations and patch runs: the
-	// gateway's own ServiceAccount.
+	// Kube reads events and Jobs; Client (the generated clientset of the agentplane groups) reads
+	// Orchestrations and patches runs: the gateway's own ServiceAccount.
 	Kube        kubernetes.Interface
-	Agents      rest.Interface
-	Orch        rest.Interface
+	Client      versioned.Interface
 	HasHistory  bool
 	HistoryKeep time.Duration
 	// CancelDisabled hides Cancel and refuses it (JANGAR_CONSOLE_CANCEL_ENABLED=false).
@@ -600,12 +599,12 @@ func (c *Console) stepsOf(ctx context.Context, or *orchv1alpha1.OrchestrationRun
 	for _, st := range or.Status.StepStatuses {
 		phases[st.Name] = st
 	}
-	var o orchv1alpha1.Orchestration
+	o := &orchv1alpha1.Orchestration{}
 	err := mayReadOrch
 	if err != nil {
 		hidden(d, ReadOrchestrations, err)
 	} else {
-		err = c.Orch.Get().Namespace(c.Namespace).Resource("orchestrations").Name(or.Spec.OrchestrationRef.Name).Do(ctx).Into(&o)
+		o, err = c.Client.OrchestrationV1alpha1().Orchestrations(c.Namespace).Get(ctx, or.Spec.OrchestrationRef.Name, metav1.GetOptions{})
 		if err != nil {
 			d.Problems = append(d.Problems, fmt.Sprintf("Orchestration %s could not be read: %s", or.Spec.OrchestrationRef.Name, apiReason(err)))
 		}
@@ -711,17 +710,17 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
 		failAccess(w, err)
 		return
 	}
-	client, resource := c.Agents, "agentruns"
-	if kind == runs.KindOrchestrationRun {
-		client, resource = c.Orch, "orchestrationruns"
-	}
 	who := "anonymous"
 	if u != nil {
 		who = u.Username
 	}
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"cancel": true}})
-	err = client.Patch(types.MergePatchType).Namespace(c.Namespace).Resource(resource).Name(name).
-		Param("fieldManager", "agentplane-console").Body(patch).Do(ctx).Error()
+	opts := metav1.PatchOptions{FieldManager: "agentplane-console"}
+	if kind == runs.KindOrchestrationRun {
+		_, err = c.Client.OrchestrationV1alpha1().OrchestrationRuns(c.Namespace).Patch(ctx, name, types.MergePatchType, patch, opts)
+	} else {
+		_, err = c.Client.AgentsV1alpha1().AgentRuns(c.Namespace).Patch(ctx, name, types.MergePatchType, patch, opts)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		c.count(kind, "not_found")

@@ -83,14 +83,6 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agents, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orch, err := kube.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
 	runsHub := health.NewHub(64, 256)
 	src, err := runs.New(ours, ns, runsHub, 20*time.Millisecond)
 	if err != nil {
@@ -119,7 +111,7 @@ func startSite(t *testing.T, ns string, mode access.Mode) site {
 		ReadJobs:           access.NewResourceReviewer(env.Client, ns, "batch", "jobs", access.ReviewerOptions{}),
 		ReadOrchestrations: access.NewResourceReviewer(env.Client, ns, orchv1alpha1.GroupVersion.Group, "orchestrations", access.ReviewerOptions{}),
 	}
-	con := &Console{Mode: mode, Namespace: ns, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src, Kube: env.Client, Agents: agents, Orch: orch}
+	con := &Console{Mode: mode, Namespace: ns, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src, Kube: env.Client, Client: ours}
 	if status != nil {
 		con.Status = status
 	}

@@ -342,15 +342,6 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 	if err != nil {
 		return nil, fmt.Errorf("agentplane clientset: %w", err)
 	}
-	// The console's reads and cancels go through REST clients of the two groups.
-	agents, err := kube.RESTClientFor(clients.Config, agentsv1alpha1.GroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	orch, err := kube.RESTClientFor(clients.Config, orchv1alpha1.GroupVersion)
-	if err != nil {
-		return nil, err
-	}
 	runsHub := health.NewHub(c.Window, 256)
 	src, err := runs.New(ours, c.RunsNamespace, runsHub, c.RunsBatch)
 	if err != nil {
@@ -380,7 +371,7 @@ func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.G
 		console.ReadOrchestrations: access.NewResourceReviewer(clients.Kube, c.RunsNamespace, orchv1alpha1.GroupVersion.Group, "orchestrations", reviewOpts),
 	}
 	con := &console.Console{Mode: c.AuthMode, Namespace: c.RunsNamespace, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src,
-		Kube: clients.Kube, Agents: agents, Orch: orch, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention,
+		Kube: clients.Kube, Client: ours, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention,
 		CancelDisabled: !c.ConsoleCancel, OnCancel: func(kind, outcome string) { cancels.WithLabelValues(kind, outcome).Inc() }}
 	if statusReviewer != nil {
 		con.Status = statusReviewer
