@@ -4,17 +4,14 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 )
 
-// RESTClientFor is a typed REST client for one agentplane API group (the kinds of Scheme):
-// informers list and watch through it, and controllers create objects with it.
+// RESTClientFor is a typed REST client for one agentplane API group (the kinds of Scheme), for
+// tests that need one; services use the generated clientset (libs/api/client).
 func RESTClientFor(base *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, error) {
 	cfg := rest.CopyConfig(base)
 	cfg.GroupVersion = &gv
@@ -26,15 +23,6 @@ func RESTClientFor(base *rest.Config, gv schema.GroupVersion) (*rest.RESTClient,
 		return nil, fmt.Errorf("REST client for %s: %w", gv, err)
 	}
 	return rc, nil
-}
-
-// NewInformer watches one resource of one namespace into typed objects of the example's type,
-// cached without managedFields (DropManagedFields).
-func NewInformer(rc *rest.RESTClient, resource, namespace string, example runtime.Object, indexers cache.Indexers) cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(rc, resource, namespace, fields.Everything())
-	inf := cache.NewSharedIndexInformer(lw, example, 0, indexers)
-	utilruntime.Must(inf.SetTransform(DropManagedFields))
-	return inf
 }
 
 // DropManagedFields is an informer transform: cached objects lose metadata.managedFields, the
