@@ -21,17 +21,12 @@ type calls struct {
 	keys []string
 }
 
+// add records a call with k and returns how many there have been.
 func (c *calls) add(k string) int {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.keys = append(c.keys, k)
-	n := 0
-	for _, x := range c.keys {
-		if x == k {
-			n++
-		}
-	}
-	return n
+	c.mu.Unlock()
+	return c.count(k)
 }
 
 func (c *calls) count(k string) int {
