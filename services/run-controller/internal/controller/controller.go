@@ -1,11 +1,11 @@
 // Package controller is run-controller: it turns AgentRuns into Jobs and OrchestrationRuns into
-// AgentRuns. It follows the client-go controller idiom: shared informers feed rate-limited work
-// queues, workers reconcile one object at a time from the informer caches (level-triggered:
-// every reconcile recomputes from what exists), and nothing polls the API server. Status is
-// written only through status-writer and events only through event-emitter.
+// AgentRuns, on the controller scaffold (libs/controller): informers from the generated clients
+// feed one rate-limited work queue per kind, workers reconcile one object at a time from the
+// caches (level-triggered: every reconcile recomputes from what exists), and nothing polls the
+// API server. Status is written only through status-writer and events only through event-emitter.
 //
 // One reconcile function per kind: reconcileAgentRun (agentrun.go) and
-// reconcileOrchestrationRun (orchestrationrun.go).
+// reconcileOrchestrationRun (orchestrationrun.go); this file is the wiring.
 package controller
 
 import (
