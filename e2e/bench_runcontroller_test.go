@@ -199,8 +199,8 @@ var (
 var timings = map[string]string{
 	`agentplane_run_controller_reconcile_duration_seconds_sum{kind="AgentRun"}`:   "reconcile_s",
 	`agentplane_run_controller_reconcile_duration_seconds_count{kind="AgentRun"}`: "reconciles",
-	`workqueue_queue_duration_seconds_sum{name="run-controller.agentrun"}`:         "queued_s",
-	`workqueue_queue_duration_seconds_count{name="run-controller.agentrun"}`:       "dequeues",
+	`workqueue_queue_duration_seconds_sum{name="run-controller.agentrun"}`:        "queued_s",
+	`workqueue_queue_duration_seconds_count{name="run-controller.agentrun"}`:      "dequeues",
 	`agentplane_status_write_duration_seconds_sum{kind="AgentRun"}`:               "write_s",
 	`agentplane_status_write_duration_seconds_count{kind="AgentRun"}`:             "writes",
 }
