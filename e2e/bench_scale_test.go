@@ -67,7 +67,7 @@ func scaleTiers() []int {
 // TTL of AGENTPLANE_BENCH_SCALE_JOB_TTL seconds (JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS; default 0,
 // a Job goes as soon as its result is recorded). With the default 600 s TTL a tier that drains in
 // less than 600 s counts no Job deletion and a longer tier counts most of them, which made the
-// second tier's requests per run look grown (docs/benchmarks.md, "Second run").
+// second tier's requests per run look grown (docs/benchmarks-history.md, "Second run").
 //
 //	cd e2e && go test -tags e2e -count=1 -run '^$' -bench ScaleRuns -benchtime 1x -timeout 150m .
 func BenchmarkScaleRuns(b *testing.B) {

@@ -5,7 +5,7 @@ package gateway
 // the hub as a sink and returns. Deltas are written by the hub's fan-out workers, each delta
 // encoded once for all watchers; heartbeats, keep-alive comments and access re-checks run from
 // one timer per connection. What a watch then costs is its socket, this struct and a timer, which
-// is what lets one gateway hold tens of thousands of watchers (docs/benchmarks.md).
+// is what lets one gateway hold tens of thousands of watchers (docs/benchmarks-history.md).
 //
 // HTTP/2 connections cannot be taken over; they are served by a goroutine per stream
 // (serveStreaming).
