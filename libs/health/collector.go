@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/grpcx"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/logging"
@@ -204,7 +205,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	_, _ = depInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: onDep, UpdateFunc: func(_, n any) { onDep(n) },
 		DeleteFunc: func(obj any) {
-			if d, isDep := deleted(obj).(*appsv1.Deployment); isDep {
+			if d, isDep := controller.Unwrap(obj).(*appsv1.Deployment); isDep {
 				c.mu.Lock()
 				delete(c.deploys, serviceName(d))
 				c.mu.Unlock()
@@ -232,7 +233,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: onPod, UpdateFunc: func(_, n any) { onPod(n) },
 		DeleteFunc: func(obj any) {
-			if p, isPod := deleted(obj).(*corev1.Pod); isPod {
+			if p, isPod := controller.Unwrap(obj).(*corev1.Pod); isPod {
 				c.mu.Lock()
 				delete(c.pods, p.Name)
 				c.mu.Unlock()
@@ -398,15 +399,6 @@ func podService(p *corev1.Pod) string {
 		return n
 	}
 	return p.Name
-}
-
-// deleted is the object of a delete notification, which may come as a tombstone when the watch
-// missed the deletion itself.
-func deleted(obj any) any {
-	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-		return t.Obj
-	}
-	return obj
 }
 
 func serviceName(d *appsv1.Deployment) string {

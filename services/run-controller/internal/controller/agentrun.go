@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	scaffold "github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/redact"
@@ -382,7 +383,7 @@ func (c *Controller) stop(ctx context.Context, ar *agentsv1alpha1.AgentRun, p *p
 		return err
 	}
 	if !p.fail && p.reason != reasons.InvalidSpec {
-		return &waiting{p}
+		return scaffold.Waiting(p)
 	}
 	return nil
 }
@@ -405,11 +406,6 @@ func eventReason(r string) string {
 	}
 	return reasons.InvalidSpec
 }
-
-// waiting asks the worker to look again with backoff; it is not a failure.
-type waiting struct{ p *problem }
-
-func (w *waiting) Error() string { return "waiting: " + w.p.Error() }
 
 func (c *Controller) warnOnce(key, what string) bool {
 	c.mu.Lock()

@@ -161,17 +161,12 @@ func (c *Controller) Run(ctx context.Context) error {
 // result tells the worker when to look at the object again without an event.
 type result = scaffold.Result
 
-// reconciler adapts a reconcile of (namespace, name) to the scaffold's: a wait for something
-// (a slot, a policy, a dependency) is retried with backoff and not counted as a failure.
+// reconciler adapts a reconcile of (namespace, name) to the scaffold's. A wait for something (a
+// slot, a policy, a dependency) comes back as scaffold.Waiting: retried, not counted as a failure.
 func reconciler(fn func(ctx context.Context, ns, name string) (result, error)) scaffold.Reconciler {
 	return func(ctx context.Context, key string) (result, error) {
 		ns, name := scaffold.SplitKey(key)
-		res, err := fn(ctx, ns, name)
-		var w *waiting
-		if errors.As(err, &w) {
-			return res, scaffold.Waiting(err)
-		}
-		return res, err
+		return fn(ctx, ns, name)
 	}
 }
 

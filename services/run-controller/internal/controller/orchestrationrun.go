@@ -12,6 +12,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	scaffold "github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
@@ -296,7 +297,7 @@ func (c *Controller) stopOrch(ctx context.Context, or *orchv1alpha1.Orchestratio
 	conds := []cond{{CondReady, metav1.ConditionFalse, reason, message}}
 	if or.Status.Phase == phase && or.Status.Reason == reason && or.Status.Message == message && condsSay(or.Status.Conditions, conds) {
 		if !fail && reason == reasons.Forbidden {
-			return &waiting{&problem{reason: reason, message: message}}
+			return scaffold.Waiting(&problem{reason: reason, message: message})
 		}
 		return nil
 	}
@@ -305,7 +306,7 @@ func (c *Controller) stopOrch(ctx context.Context, or *orchv1alpha1.Orchestratio
 		return err
 	}
 	if !fail && reason == reasons.Forbidden {
-		return &waiting{&problem{reason: reason, message: message}}
+		return scaffold.Waiting(&problem{reason: reason, message: message})
 	}
 	return nil
 }

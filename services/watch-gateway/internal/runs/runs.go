@@ -27,6 +27,7 @@ import (
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/redact"
@@ -66,10 +67,7 @@ func New(client versioned.Interface, namespace string, hub *health.Hub, batch ti
 	}
 	for kind, inf := range map[string]cache.SharedIndexInformer{KindAgentRun: s.agentRuns, KindOrchestrationRun: s.orchRuns} {
 		enqueue := func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if m, ok := obj.(metav1.Object); ok {
+			if m, ok := controller.Unwrap(obj).(metav1.Object); ok {
 				s.changed(Key(kind, m.GetName()))
 			}
 		}
