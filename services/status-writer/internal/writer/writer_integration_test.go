@@ -715,29 +715,35 @@ func TestWritesInAWatchedNamespaceReadFromTheInformer(t *testing.T) {
 // removed, whichever controller wrote it.
 func TestSecretShapesStayOutOfStatus(t *testing.T) {
 	ns := newNamespace(t)
-	run := newRun(t, ns, "leaky")
 	secrets := []string{"hunter22hunter", "ghp_0123456789abcdefghijABCDEFGHIJklmnop", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig"}
-	st, err := write(t, &pb.WriteStatusRequest{Object: runRef(run), ObservedGeneration: 1, Phase: "Failed", Reason: "StepFailed",
-		Message:    "push failed: password=" + secrets[0],
-		Conditions: []*pb.Condition{{Type: "Ready", Status: "False", Reason: "StepFailed", Message: "clone with " + secrets[1] + " refused"}},
-		KindFields: &pb.WriteStatusRequest_AgentRun{AgentRun: &pb.AgentRunFields{Workflow: &pb.WorkflowStatus{Steps: []*pb.WorkflowStepStatus{
-			{Name: "a", Phase: "Failed", Message: "Authorization: Bearer " + secrets[2]}}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := &agentsv1alpha1.AgentRun{}
-	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), got); err != nil {
-		t.Fatal(err)
-	}
-	stored, _ := json.Marshal(got.Status)
-	answered, _ := json.Marshal(st)
-	for _, s := range secrets {
-		if strings.Contains(string(stored), s) || strings.Contains(string(answered), s) {
-			t.Errorf("%q reached the status: %s", s, stored)
+	step := "Authorization: Bearer " + secrets[2]
+	// The same write in both forms status-writer accepts: typed, and the previous release's untyped.
+	typed := &pb.WriteStatusRequest{KindFields: &pb.WriteStatusRequest_AgentRun{AgentRun: &pb.AgentRunFields{
+		Workflow: &pb.WorkflowStatus{Steps: []*pb.WorkflowStepStatus{{Name: "a", Phase: "Failed", Message: step}}}}}}
+	untyped := &pb.WriteStatusRequest{Fields: mustStruct(t, map[string]any{"workflow": map[string]any{"steps": []any{ //nolint:staticcheck // SA1019: the previous release's form, on purpose
+		map[string]any{"name": "a", "phase": "Failed", "message": step}}}})}
+	for name, req := range map[string]*pb.WriteStatusRequest{"leaky-typed": typed, "leaky-untyped": untyped} {
+		run := newRun(t, ns, name)
+		req.Object, req.ObservedGeneration, req.Phase, req.Reason = runRef(run), 1, "Failed", "StepFailed"
+		req.Message = "push failed: password=" + secrets[0]
+		req.Conditions = []*pb.Condition{{Type: "Ready", Status: "False", Reason: "StepFailed", Message: "clone with " + secrets[1] + " refused"}}
+		st, err := write(t, req)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if strings.Count(string(stored), "[REDACTED]") < 3 {
-		t.Errorf("the three messages were not all redacted: %s", stored)
+		got := &agentsv1alpha1.AgentRun{}
+		if err := kc.Get(context.Background(), client.ObjectKeyFromObject(run), got); err != nil {
+			t.Fatal(err)
+		}
+		stored, _ := json.Marshal(got.Status)
+		answered, _ := json.Marshal(st)
+		for _, s := range secrets {
+			if strings.Contains(string(stored), s) || strings.Contains(string(answered), s) {
+				t.Errorf("%s: %q reached the status: %s", name, s, stored)
+			}
+		}
+		if strings.Count(string(stored), "[REDACTED]") < 3 {
+			t.Errorf("%s: the three messages were not all redacted: %s", name, stored)
+		}
 	}
 }
