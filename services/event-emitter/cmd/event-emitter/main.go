@@ -9,9 +9,9 @@ package main
 import (
 	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/services/event-emitter/internal/service"
+	"github.com/agentplane/agentplane/services/event-emitter/internal/wiring"
 )
 
 func main() {
-	app.MainOptions("event-emitter", 50053, 9103, app.Options{Setup: service.Setup, GRPCServerOptions: access.GRPCServerOptions})
+	app.MainOptions("event-emitter", 50053, 9103, app.Options{Setup: wiring.Setup, GRPCServerOptions: access.GRPCServerOptions})
 }

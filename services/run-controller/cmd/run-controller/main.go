@@ -7,9 +7,9 @@ package main
 
 import (
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/services/run-controller/internal/service"
+	"github.com/agentplane/agentplane/services/run-controller/internal/wiring"
 )
 
 func main() {
-	app.Main("run-controller", 50056, 9106, service.Setup)
+	app.Main("run-controller", 50056, 9106, wiring.Setup)
 }

@@ -8,9 +8,9 @@ package main
 import (
 	"github.com/agentplane/agentplane/libs/access"
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/services/status-writer/internal/service"
+	"github.com/agentplane/agentplane/services/status-writer/internal/wiring"
 )
 
 func main() {
-	app.MainOptions("status-writer", 50052, 9102, app.Options{Setup: service.Setup, GRPCServerOptions: access.GRPCServerOptions})
+	app.MainOptions("status-writer", 50052, 9102, app.Options{Setup: wiring.Setup, GRPCServerOptions: access.GRPCServerOptions})
 }

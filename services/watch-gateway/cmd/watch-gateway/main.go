@@ -9,9 +9,9 @@ package main
 
 import (
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/services/watch-gateway/internal/service"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/wiring"
 )
 
 func main() {
-	app.MainOptions("watch-gateway", 50051, 9101, app.Options{Setup: service.Setup, GRPCServerOptions: service.GRPCServerOptions})
+	app.MainOptions("watch-gateway", 50051, 9101, app.Options{Setup: wiring.Setup, GRPCServerOptions: wiring.GRPCServerOptions})
 }

@@ -1,0 +1,129 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	scaffold "github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/libs/eventclient"
+	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/libs/statusclient"
+	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+)
+
+// Cond is a condition a reconciler wants an object's status to carry.
+type Cond struct {
+	Type    string
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+// C is a Cond.
+func C(typ string, status metav1.ConditionStatus, reason, message string) Cond {
+	return Cond{Type: typ, Status: status, Reason: reason, Message: message}
+}
+
+// WriteStatus writes an object's status through status-writer; fields are its kind's typed
+// fields (nil: none). A write refused as stale (the object moved on) is a wait: the reconcile is
+// retried with backoff and sees the newer object (statusclient.Outcome, the policy every
+// controller shares).
+func (c *Core) WriteStatus(ctx context.Context, kind, ns, name, uid string, gen int64, phase, reason, message string, conds []Cond, fields proto.Message) error {
+	req := &pb.WriteStatusRequest{
+		Object:             &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
+		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message,
+	}
+	for _, cd := range conds {
+		req.Conditions = append(req.Conditions, &pb.Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
+	}
+	statusclient.WithFields(req, fields)
+	start := time.Now()
+	_, err := c.Status.Write(ctx, req)
+	c.Metrics.StatusWrites.WithLabelValues(kind).Inc()
+	err = statusclient.Outcome(err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, statusclient.ErrStale):
+		logging.FromContext(ctx).Info("status write refused by the contract; looking again",
+			"kind", kind, "object", ns+"/"+name, "err", err, "took", time.Since(start))
+		return scaffold.Waiting(err)
+	default:
+		return fmt.Errorf("write %s %s/%s status: %w", kind, ns, name, err)
+	}
+}
+
+// CondsSay reports whether the conditions have say each of want.
+func CondsSay(have []metav1.Condition, want []Cond) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h.Type == w.Type {
+				found = h.Status == w.Status && h.Reason == w.Reason && h.Message == w.Message
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// SameJSON reports whether a and b encode to the same JSON.
+func SameJSON(a, b any) bool {
+	ra, _ := json.Marshal(a)
+	rb, _ := json.Marshal(b)
+	return bytes.Equal(ra, rb)
+}
+
+// Emit sends an event about obj through event-emitter. A failure is logged: events never hold
+// up a reconcile.
+func (c *Core) Emit(ctx context.Context, obj metav1.Object, typ, reason, action, note string, transient bool) {
+	kind, apiVersion := "AgentRun", agentsv1alpha1.GroupVersion.String()
+	if _, ok := obj.(*orchv1alpha1.OrchestrationRun); ok {
+		kind, apiVersion = "OrchestrationRun", orchv1alpha1.GroupVersion.String()
+	}
+	req := eventclient.About(apiVersion, kind, obj, typ, reason, action, note)
+	req.Transient = transient
+	resp, err := c.Events.Emit(ctx, req)
+	if err != nil {
+		logging.FromContext(ctx).Warn("emit event", "reason", reason, "object", obj.GetNamespace()+"/"+obj.GetName(), "err", err)
+		return
+	}
+	c.Metrics.Events.WithLabelValues(reason, resp.GetOutcome().String()).Inc()
+}
+
+// Claim asks status-writer for a start claim on an object (WriteStatusRequest.claim): granted
+// unless the object's spec.cancel is true (or it is gone), judged on the live object. fields,
+// if any, are written with it.
+func (c *Core) Claim(ctx context.Context, kind, ns, name, uid string, fields proto.Message) (bool, error) {
+	req := statusclient.WithFields(&pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
+		ObservedGeneration: 1, Claim: true}, fields)
+	_, err := c.Status.Write(ctx, req)
+	c.Metrics.StatusWrites.WithLabelValues(kind).Inc()
+	if grpcstatus.Code(err) == codes.NotFound { // nothing to start for
+		logging.FromContext(ctx).Info("start refused: the run is gone", "kind", kind, "object", ns+"/"+name)
+		return false, nil
+	}
+	switch err := statusclient.Outcome(err); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, statusclient.ErrStale):
+		logging.FromContext(ctx).Info("start refused: the run is cancelled", "kind", kind, "object", ns+"/"+name, "err", err)
+		return false, nil
+	default:
+		return false, fmt.Errorf("claim a start on %s %s/%s: %w", kind, ns, name, err)
+	}
+}
