@@ -7,9 +7,9 @@ package main
 
 import (
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/services/job-gc/internal/service"
+	"github.com/agentplane/agentplane/services/job-gc/internal/wiring"
 )
 
 func main() {
-	app.Main("job-gc", 50054, 9104, service.Setup)
+	app.Main("job-gc", 50054, 9104, wiring.Setup)
 }

@@ -1,6 +1,6 @@
 //go:build integration
 
-package gc
+package wiring
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // first both at the service's default client rate (100 QPS, burst 200), then both unthrottled;
 // 4 workers each. It reports direct_time / gc_time for each (goal: at least 0.8).
 //
-//	cd services/job-gc && go test -tags integration -run '^$' -bench GCFiveThousand -benchtime 1x ./internal/gc/
+//	cd services/job-gc && go test -tags integration -run '^$' -bench GCFiveThousand -benchtime 1x ./internal/wiring/
 func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 	const n, workers = 5000, 4
 	ctx := context.Background()

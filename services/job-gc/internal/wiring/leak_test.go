@@ -1,6 +1,6 @@
 //go:build !integration
 
-package gc
+package wiring
 
 import (
 	"testing"

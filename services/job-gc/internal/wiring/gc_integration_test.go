@@ -1,6 +1,6 @@
 //go:build integration
 
-package gc
+package wiring
 
 import (
 	"context"
@@ -26,6 +26,8 @@ import (
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
+	"github.com/agentplane/agentplane/services/job-gc/internal/agentrun"
+	"github.com/agentplane/agentplane/services/job-gc/internal/job"
 )
 
 var (
@@ -228,9 +230,13 @@ func TestAJobIsKeptUntilItsResultIsRecorded(t *testing.T) {
 	f.deleteJob("held")
 	f.deleteJob("orphan")
 	testenv.Eventually(t, 20*time.Second, "the orphan's hold is released", func() error { return f.jobGone("orphan") })
-	if got := f.metric("agentplane_job_gc_holds_released_total", "why", ReleasedOwnerGone); got != 1 {
-		t.Errorf("released (owner gone) = %v, want 1", got)
-	}
+	// The Job goes as the release's patch lands; the count follows when the patch returns.
+	testenv.Eventually(t, 5*time.Second, "one release (owner gone) counted", func() error {
+		if got := f.metric("agentplane_job_gc_holds_released_total", "why", job.ReleasedOwnerGone); got != 1 {
+			return fmt.Errorf("released (owner gone) = %v, want 1", got)
+		}
+		return nil
+	})
 	j, err := env.Client.BatchV1().Jobs(f.ns).Get(context.Background(), "held", metav1.GetOptions{})
 	if err != nil || j.DeletionTimestamp == nil {
 		t.Fatalf("an unrecorded Job must stay readable while being deleted: %v %+v", err, j)
@@ -238,16 +244,20 @@ func TestAJobIsKeptUntilItsResultIsRecorded(t *testing.T) {
 	if got := f.metric("agentplane_job_gc_jobs_held"); got != 1 {
 		t.Errorf("jobs held = %v, want 1", got)
 	}
-	if ar, err := f.getRun("r"); err != nil || meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing) != nil {
+	if ar, err := f.getRun("r"); err != nil || meta.FindStatusCondition(ar.Status.Conditions, agentrun.CondJobMissing) != nil {
 		t.Errorf("a finished Job being deleted was reported missing: %v %+v", err, ar.Status.Conditions)
 	}
 	st := finished("Succeeded")
 	st.JobRef = &agentsv1alpha1.JobRef{Name: "held", Namespace: f.ns, UID: string(held.UID)}
 	f.setStatus(run, st)
 	testenv.Eventually(t, 20*time.Second, "released once the result is recorded", func() error { return f.jobGone("held") })
-	if got := f.metric("agentplane_job_gc_holds_released_total", "why", ReleasedRecorded); got != 1 {
-		t.Errorf("released (recorded) = %v, want 1", got)
-	}
+	// The Job goes as the release's patch lands; the count follows when the patch returns.
+	testenv.Eventually(t, 5*time.Second, "one release (recorded) counted", func() error {
+		if got := f.metric("agentplane_job_gc_holds_released_total", "why", job.ReleasedRecorded); got != 1 {
+			return fmt.Errorf("released (recorded) = %v, want 1", got)
+		}
+		return nil
+	})
 }
 
 // A finished run is deleted with its Jobs once spec.ttlSecondsAfterFinished has passed; one
@@ -317,7 +327,7 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			c := meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing)
+			c := meta.FindStatusCondition(ar.Status.Conditions, agentrun.CondJobMissing)
 			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reasons.WorkflowJobMissing {
 				return fmt.Errorf("condition %+v", c)
 			}
@@ -344,7 +354,7 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 				c == nil || c.Status != metav1.ConditionFalse || c.Reason != reasons.WorkflowJobMissing {
 				return fmt.Errorf("status %s/%s finishedAt=%v succeeded=%+v", ar.Status.Phase, ar.Status.Reason, ar.Status.FinishedAt, c)
 			}
-			if since := ar.Status.FinishedAt.Sub(meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing).LastTransitionTime.Time); since < 2*time.Second {
+			if since := ar.Status.FinishedAt.Sub(meta.FindStatusCondition(ar.Status.Conditions, agentrun.CondJobMissing).LastTransitionTime.Time); since < 2*time.Second {
 				return fmt.Errorf("failed %s after the report, within the 3s grace", since)
 			}
 			return nil
@@ -356,7 +366,7 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := meta.FindStatusCondition(ar.Status.Conditions, CondJobMissing); c != nil || ar.Status.Phase != "Running" {
+	if c := meta.FindStatusCondition(ar.Status.Conditions, agentrun.CondJobMissing); c != nil || ar.Status.Phase != "Running" {
 		t.Errorf("a Job only missing from the cache was reported: phase %s, condition %+v", ar.Status.Phase, c)
 	}
 	if got := f.metric("agentplane_job_gc_missing_job_failures_total", "namespace", f.ns); got != 2 {

@@ -1,6 +1,4 @@
-// Package service wires job-gc into the common service runner: clients for the API server,
-// status-writer and event-emitter, leader election, and the controller.
-package service
+package wiring
 
 import (
 	"context"
@@ -13,18 +11,18 @@ import (
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/kube"
 	"github.com/agentplane/agentplane/libs/leader"
-	"github.com/agentplane/agentplane/services/job-gc/internal/gc"
 )
 
-// Setup reads job-gc's configuration and runs it as a background task, under leader election
-// when it is on.
+// Setup wires job-gc into the common service runner: it reads job-gc's configuration, dials
+// the API server, status-writer and event-emitter, and runs the controller as a background
+// task, under leader election when it is on.
 func Setup(_ context.Context, rt *app.Runtime) error {
 	ns := rt.Config.Namespaces
 	if len(ns) == 0 {
 		ns = []string{rt.Config.PodNamespace}
 	}
 	env := config.FromOS()
-	cfg, err := gc.LoadConfig(env, ns)
+	cfg, err := LoadConfig(env, ns)
 	if err != nil {
 		return err
 	}
@@ -37,7 +35,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	g, err := gc.New(cfg, gc.Deps{Kube: c.Kube, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
+	g, err := New(cfg, Deps{Kube: c.Kube, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
 	if err != nil {
 		c.Close()
 		return err

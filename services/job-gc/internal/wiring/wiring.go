@@ -1,0 +1,177 @@
+// Package wiring is job-gc's wiring (seed 002): its configuration (LoadConfig), its start in the
+// service runner (Setup), and its controller on the scaffold (New, Run): the informers of
+// run-controller's Jobs and of AgentRuns, their event handlers, one queue per kind, and the
+// metrics.
+//
+// What each kind's reconcile decides is in the kind's package: job (the job-result finalizer is
+// held until the run records the Job's outcome) and agentrun (retention, missing Jobs).
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
+	"github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/libs/eventclient"
+	"github.com/agentplane/agentplane/libs/jobresult"
+	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/libs/statusclient"
+	"github.com/agentplane/agentplane/services/job-gc/internal/agentrun"
+	"github.com/agentplane/agentplane/services/job-gc/internal/job"
+)
+
+// Deps are what job-gc talks to. Registry may be nil.
+type Deps struct {
+	Kube     kubernetes.Interface
+	REST     *rest.Config
+	Status   statusclient.Writer
+	Events   eventclient.Emitter
+	Registry prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// GC is job-gc's controller.
+type GC struct {
+	cfg        Config
+	d          Deps
+	client     versioned.Interface // the generated clientset of the agentplane API groups
+	jobs, runs map[string]cache.SharedIndexInformer
+	ctl        *controller.Controller
+	jobQ, runQ *controller.Queue
+	job        *job.Reconciler
+	run        *agentrun.Reconciler
+}
+
+// New builds job-gc for cfg.Namespaces.
+func New(cfg Config, d Deps) (*GC, error) {
+	client, err := versioned.NewForConfig(d.REST)
+	if err != nil {
+		return nil, fmt.Errorf("job-gc: agentplane clientset: %w", err)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if cfg.Workers < 1 {
+		cfg.Workers = 4
+	}
+	g := &GC{cfg: cfg, d: d, client: client, jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{}}
+	released := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentplane_job_gc_holds_released_total", Help: "job-result finalizers released, by why.",
+	}, []string{"why"})
+	deletions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentplane_job_gc_deletions_total", Help: "Objects job-gc deleted at the end of an AgentRun's retention, by kind.",
+	}, []string{"kind"})
+	missing := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentplane_job_gc_missing_jobs_total", Help: "AgentRuns found missing their Job (WorkflowJobMissing), by namespace.",
+	}, []string{"namespace"})
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentplane_job_gc_missing_job_failures_total", Help: "AgentRuns failed with WorkflowJobMissing after the grace period, by namespace.",
+	}, []string{"namespace"})
+	g.job = &job.Reconciler{Jobs: g.jobs, Runs: g.runs, Client: client, Kube: d.Kube, Events: d.Events, Now: d.Now,
+		HoldWarning: cfg.HoldWarning, Released: released}
+	g.run = &agentrun.Reconciler{Jobs: g.jobs, Runs: g.runs, Client: client, Kube: d.Kube, Status: d.Status, Events: d.Events, Now: d.Now,
+		Retention: cfg.Retention, MissingGrace: cfg.MissingGrace, Deletions: deletions, Missing: missing, Failed: failed}
+	g.ctl = controller.New(controller.Options{Service: "job-gc", Registry: d.Registry, Workers: cfg.Workers})
+	g.jobQ = g.ctl.AddQueue("Job", noResult(g.job.Reconcile))
+	g.runQ = g.ctl.AddQueue("AgentRun", noResult(g.run.Reconcile))
+	g.job.Queue, g.run.Queue = g.jobQ, g.runQ
+	// Every namespace's series exists from the start, so alerts on increase() see the first one.
+	for _, ns := range cfg.Namespaces {
+		missing.WithLabelValues(ns)
+		failed.WithLabelValues(ns)
+	}
+	for _, kind := range []string{"Job", "AgentRun"} { // dashboards show 0 rather than no data
+		deletions.WithLabelValues(kind)
+	}
+	if r := d.Registry; r != nil {
+		r.MustRegister(released, deletions, missing, failed,
+			holdCollector{g.job},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "agentplane_job_gc_agentrun_retention_seconds",
+				Help: "How long a finished AgentRun without spec.ttlSecondsAfterFinished is kept (JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS).",
+			}, func() float64 { return cfg.Retention.Seconds() }),
+		)
+	}
+	return g, nil
+}
+
+// Run watches Jobs and AgentRuns until ctx ends.
+func (g *GC) Run(ctx context.Context) error {
+	for _, ns := range g.cfg.Namespaces {
+		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.LabelSelector = jobresult.Selector
+			}))
+		g.jobs[ns] = f.Batch().V1().Jobs().Informer()
+		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{job.ByRun: controller.IndexByController("AgentRun")}))
+		g.runs[ns] = externalversions.NewSharedInformerFactoryWithOptions(g.client, 0, externalversions.WithNamespace(ns),
+			externalversions.WithTransform(kube.DropManagedFields)).Agents().V1alpha1().AgentRuns().Informer()
+		g.ctl.Watch(g.jobs[ns], controller.Handler(func(j *batchv1.Job, deleted bool) {
+			if deleted {
+				g.job.Forget(j.UID)
+			} else {
+				g.jobQ.Add(j.Namespace + "/" + j.Name)
+			}
+			if ref := job.Owner(j); ref != nil {
+				g.runQ.Add(j.Namespace + "/" + ref.Name)
+			}
+		}))
+		g.ctl.Watch(g.runs[ns], controller.Handler(func(ar *agentsv1alpha1.AgentRun, deleted bool) {
+			key := ar.Namespace + "/" + ar.Name
+			if !deleted {
+				g.runQ.Add(key)
+			}
+			for _, j := range controller.ByIndex[*batchv1.Job](g.jobs[ar.Namespace], job.ByRun, key) {
+				g.jobQ.Add(j.Namespace + "/" + j.Name)
+			}
+		}))
+	}
+	return g.ctl.Run(ctx, func(ctx context.Context) {
+		logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.cfg.Namespaces,
+			"retention", g.cfg.Retention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
+	})
+}
+
+// noResult adapts a reconcile that schedules its own look-again (AddAfter) to the scaffold's.
+func noResult(fn func(context.Context, string) error) controller.Reconciler {
+	return func(ctx context.Context, key string) (controller.Result, error) {
+		return controller.Result{}, fn(ctx, key)
+	}
+}
+
+// holdCollector reports the hold gauges from one pass over the Job cache per scrape.
+type holdCollector struct{ r *job.Reconciler }
+
+var (
+	heldDesc    = prometheus.NewDesc("agentplane_job_gc_jobs_held", "Jobs that carry the job-result finalizer.", nil, nil)
+	oldestDesc  = prometheus.NewDesc("agentplane_job_gc_oldest_hold_seconds", "Age of the oldest hold on a finished or deleted Job (0 when there is none).", nil, nil)
+	overdueDesc = prometheus.NewDesc("agentplane_job_gc_holds_overdue", "Finished or deleted Jobs held longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS.", nil, nil)
+)
+
+func (holdCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- heldDesc
+	ch <- oldestDesc
+	ch <- overdueDesc
+}
+
+func (c holdCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.r.Holds()
+	ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(s.Held))
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, s.Oldest.Seconds())
+	ch <- prometheus.MustNewConstMetric(overdueDesc, prometheus.GaugeValue, float64(s.Overdue))
+}
