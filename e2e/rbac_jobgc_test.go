@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
@@ -27,7 +27,7 @@ import (
 func TestJobGCChartRBACIsEnoughAndNoMore(t *testing.T) {
 	k8s, kubectl := chartOnAPIServer(t, "job-gc", "granted", []string{"granted", "elsewhere"}, "--set", "controller.namespaces={granted}")
 	ctx := context.Background()
-	rc, err := kube.RESTClientFor(k8s.Config, agentsv1alpha1.GroupVersion)
+	rc, err := kubeclient.RESTClientFor(k8s.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

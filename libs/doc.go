@@ -3,8 +3,8 @@
 //
 //   - API types: api (the CRD types and, in api/client, their generated clients), reasons, status (the status contract), jobresult, redact;
 //   - service runtime: config, logging, telemetry, metrics, grpcx, app, leader;
-//   - clients: kube, statusclient, eventclient, redisx;
-//   - features: controller (the controller scaffold), access, health, backends.
+//   - clients: kubeclient, statusclient, eventclient, redisx;
+//   - features: controller (the controller scaffold), access, health, connect.
 //
 // testenv, the test harness, is imported only by tests. libs never imports a service.
 package libs

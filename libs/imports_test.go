@@ -49,8 +49,8 @@ var layers = []struct {
 }{
 	{"API types", []string{"api", "reasons", "status", "jobresult", "redact"}},
 	{"service runtime", []string{"config", "logging", "telemetry", "metrics", "grpcx", "app", "leader"}},
-	{"clients", []string{"kube", "statusclient", "eventclient", "redisx"}},
-	{"features", []string{"controller", "access", "health", "backends"}},
+	{"clients", []string{"kubeclient", "statusclient", "eventclient", "redisx"}},
+	{"features", []string{"controller", "access", "health", "connect"}},
 }
 
 // layerOf is the index in layers of the libs package at dir ("api/agents/v1alpha1" is "api"),
@@ -71,7 +71,7 @@ func layerOf(dir string) (int, bool) {
 }
 
 // TestLibsLayersImportOnlyDownward keeps the layers of libs as the comment on layers says.
-// Moving a package's import up a layer (kube importing controller, say) fails it.
+// Moving a package's import up a layer (kubeclient importing controller, say) fails it.
 func TestLibsLayersImportOnlyDownward(t *testing.T) {
 	const prefix = "github.com/agentplane/agentplane/libs/"
 	fset := token.NewFileSet()

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 )
 
 // GRPCServerOptions is an app.Options.GRPCServerOptions for a server whose callers are the
@@ -28,7 +28,7 @@ func GRPCServerOptions(svc config.Service, reg prometheus.Registerer) ([]grpc.Se
 	}
 	var g *Guard
 	if a.Mode == Token {
-		clients, err := kube.NewClients(svc)
+		clients, err := kubeclient.NewClients(svc)
 		if err != nil {
 			return nil, err
 		}

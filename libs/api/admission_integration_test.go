@@ -22,7 +22,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 )
 
 // as is a client that the API server authenticates as user (impersonation by the admin), with the
@@ -46,7 +46,7 @@ func impersonate(t *testing.T, user string) *as {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	a := &as{name: user}
 	cfg.WarningHandler = a
-	cl, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	cl, err := client.New(cfg, client.Options{Scheme: kubeclient.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	c, err = client.New(env.Config, client.Options{Scheme: kube.Scheme})
+	c, err = client.New(env.Config, client.Options{Scheme: kubeclient.Scheme})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -33,7 +33,7 @@ import (
 
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/grpcx"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/logging"
 )
 
@@ -179,7 +179,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	ok := func() { c.edit(func(o *Observation) { o.APIServerErr = nil }) }
 
 	// The namespace itself.
-	nsInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTransform(kube.DropManagedFields), informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+	nsInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTransform(kubeclient.DropManagedFields), informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.o.Namespace).String()
 	})).Core().V1().Namespaces().Informer()
 	_ = nsInf.SetWatchErrorHandler(watchErr)
@@ -190,7 +190,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	})
 
 	// agentplane's Deployments.
-	depInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTransform(kube.DropManagedFields), informers.WithNamespace(c.o.Namespace),
+	depInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTransform(kubeclient.DropManagedFields), informers.WithNamespace(c.o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = PartOfSelector })).Apps().V1().Deployments().Informer()
 	_ = depInf.SetWatchErrorHandler(watchErr)
 	onDep := func(obj any) {
@@ -215,7 +215,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	})
 
 	// agentplane's Pods: what readiness does not say (crash loops, image pulls, OOM kills).
-	podInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTransform(kube.DropManagedFields), informers.WithNamespace(c.o.Namespace),
+	podInf := informers.NewSharedInformerFactoryWithOptions(c.kc, 0, informers.WithTransform(kubeclient.DropManagedFields), informers.WithNamespace(c.o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = PartOfSelector })).Core().V1().Pods().Informer()
 	_ = podInf.SetWatchErrorHandler(watchErr)
 	onPod := func(obj any) {

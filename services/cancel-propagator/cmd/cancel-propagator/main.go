@@ -8,9 +8,9 @@ package main
 
 import (
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/services/cancel-propagator/internal/service"
+	"github.com/agentplane/agentplane/services/cancel-propagator/internal/wiring"
 )
 
 func main() {
-	app.Main("cancel-propagator", 50055, 9105, service.Setup)
+	app.Main("cancel-propagator", 50055, 9105, wiring.Setup)
 }

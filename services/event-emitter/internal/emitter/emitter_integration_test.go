@@ -29,7 +29,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/grpcx"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/redisx"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 		cfg.QPS, cfg.Burst = 500, 1000
 		kcs = kubernetes.NewForConfigOrDie(&cfg)
 		dyn = dynamic.NewForConfigOrDie(&cfg)
-		if kc, err = client.New(&cfg, client.Options{Scheme: kube.Scheme}); err != nil {
+		if kc, err = client.New(&cfg, client.Options{Scheme: kubeclient.Scheme}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

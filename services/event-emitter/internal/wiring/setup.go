@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/redisx"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 	"github.com/agentplane/agentplane/services/event-emitter/internal/emitter"
@@ -64,7 +64,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	clients, err := kube.NewClients(rt.Config)
+	clients, err := kubeclient.NewClients(rt.Config)
 	if err != nil {
 		return err
 	}

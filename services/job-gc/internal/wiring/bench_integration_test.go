@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
@@ -35,7 +35,7 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 	setupCfg := *env.Config
 	setupCfg.QPS, setupCfg.Burst = 2000, 4000
 	setup := kubernetes.NewForConfigOrDie(&setupCfg)
-	rc, err := kube.RESTClientFor(&setupCfg, agentsv1alpha1.GroupVersion)
+	rc, err := kubeclient.RESTClientFor(&setupCfg, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/connect"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/leader"
 )
 
@@ -31,7 +31,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 		Help: "Requests job-gc made to the API server, by verb (get is a read of one object, such as a Job missing from the cache confirmed live; list and watch feed the informers).",
 	}, []string{"verb"})
 	rt.Registry.MustRegister(requests)
-	c, err := backends.Dial(rt, env, func(rc *rest.Config) { kube.CountRequests(rc, requests) })
+	c, err := connect.Controller(rt, env, func(rc *rest.Config) { kubeclient.CountRequests(rc, requests) })
 	if err != nil {
 		return err
 	}

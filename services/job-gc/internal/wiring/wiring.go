@@ -27,7 +27,7 @@ import (
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/job-gc/internal/agentrun"
@@ -113,14 +113,14 @@ func New(cfg Config, d Deps) (*GC, error) {
 // Run watches Jobs and AgentRuns until ctx ends.
 func (g *GC) Run(ctx context.Context) error {
 	for _, ns := range g.cfg.Namespaces {
-		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
+		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kubeclient.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = jobresult.Selector
 			}))
 		g.jobs[ns] = f.Batch().V1().Jobs().Informer()
 		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{job.ByRun: controller.IndexByController("AgentRun")}))
 		g.runs[ns] = externalversions.NewSharedInformerFactoryWithOptions(g.client, 0, externalversions.WithNamespace(ns),
-			externalversions.WithTransform(kube.DropManagedFields)).Agents().V1alpha1().AgentRuns().Informer()
+			externalversions.WithTransform(kubeclient.DropManagedFields)).Agents().V1alpha1().AgentRuns().Informer()
 		g.ctl.Watch(g.jobs[ns], controller.Handler(func(j *batchv1.Job, deleted bool) {
 			if deleted {
 				g.job.Forget(j.UID)

@@ -23,7 +23,7 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/core"
@@ -81,7 +81,7 @@ func startController(t *testing.T, ns string, mod func(*core.Config)) *Controlle
 		mod(&cfg)
 	}
 	rc := *env.Config
-	kube.Instrument(&rc)
+	kubeclient.Instrument(&rc)
 	md, err := metadata.NewForConfig(&rc)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func create(t *testing.T, resource, ns string, obj any) {
 	if strings.HasPrefix(resource, "orchestration") {
 		gv = orchv1alpha1.GroupVersion
 	}
-	rc, err := kube.RESTClientFor(env.Config, gv)
+	rc, err := kubeclient.RESTClientFor(env.Config, gv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func create(t *testing.T, resource, ns string, obj any) {
 
 func getRun(t *testing.T, ns, name string) *agentsv1alpha1.AgentRun {
 	t.Helper()
-	rc, _ := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	rc, _ := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	out := &agentsv1alpha1.AgentRun{}
 	if err := rc.Get().Namespace(ns).Resource("agentruns").Name(name).Do(context.Background()).Into(out); err != nil {
 		t.Fatalf("get AgentRun %s: %v", name, err)
@@ -208,7 +208,7 @@ func getRun(t *testing.T, ns, name string) *agentsv1alpha1.AgentRun {
 
 func getOrchRun(t *testing.T, ns, name string) *orchv1alpha1.OrchestrationRun {
 	t.Helper()
-	rc, _ := kube.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	rc, _ := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
 	out := &orchv1alpha1.OrchestrationRun{}
 	if err := rc.Get().Namespace(ns).Resource("orchestrationruns").Name(name).Do(context.Background()).Into(out); err != nil {
 		t.Fatalf("get OrchestrationRun %s: %v", name, err)

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
@@ -55,7 +55,7 @@ func TestJobsUseOnlyWhatTheRecordOrTheAgentAllows(t *testing.T) {
 	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice"}
-	aliceRuns, err := kube.RESTClientFor(cfg, agentsv1alpha1.GroupVersion)
+	aliceRuns, err := kubeclient.RESTClientFor(cfg, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestJobsUseOnlyWhatTheRecordOrTheAgentAllows(t *testing.T) {
 	if err := policies.MutatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	admin, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	admin, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

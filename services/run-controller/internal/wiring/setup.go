@@ -9,9 +9,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/connect"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/leader"
 	"github.com/agentplane/agentplane/services/run-controller/internal/core"
 )
@@ -34,7 +34,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	})
 	ttl.Set(float64(cfg.JobTTLSeconds))
 	rt.Registry.MustRegister(requests, ttl)
-	c, err := backends.Dial(rt, env, func(rc *rest.Config) { kube.CountRequests(rc, requests) })
+	c, err := connect.Controller(rt, env, func(rc *rest.Config) { kubeclient.CountRequests(rc, requests) })
 	if err != nil {
 		return err
 	}

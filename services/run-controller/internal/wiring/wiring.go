@@ -32,7 +32,7 @@ import (
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	scaffold "github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
@@ -96,7 +96,7 @@ func New(cfg core.Config, d Deps) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	for _, ns := range c.Cfg.Namespaces {
 		ours := externalversions.NewSharedInformerFactoryWithOptions(c.Client, 0, externalversions.WithNamespace(ns),
-			externalversions.WithTransform(kube.DropManagedFields))
+			externalversions.WithTransform(kubeclient.DropManagedFields))
 		c.Runs[ns] = ours.Agents().V1alpha1().AgentRuns().Informer()
 		utilruntime.Must(c.Runs[ns].AddIndexers(cache.Indexers{core.ByAgent: func(obj any) ([]string, error) {
 			ar := obj.(*agentsv1alpha1.AgentRun)
@@ -109,7 +109,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return []string{core.NsKey(or.Namespace, or.Spec.OrchestrationRef.Name)}, nil
 		}}))
 		c.Orchs[ns] = ours.Orchestration().V1alpha1().Orchestrations().Informer()
-		factory := informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kube.DropManagedFields),
+		factory := informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kubeclient.DropManagedFields),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = agentsv1alpha1.LabelManagedBy + "=" + agentsv1alpha1.ManagedByRunController
 			}))

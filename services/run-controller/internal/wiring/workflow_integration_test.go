@@ -17,7 +17,7 @@ import (
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
@@ -183,7 +183,7 @@ func finishStep(t *testing.T, ns, or, step string, succeed bool) {
 
 func childExists(t *testing.T, ns, name string) bool {
 	t.Helper()
-	rc, _ := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	rc, _ := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	err := rc.Get().Namespace(ns).Resource("agentruns").Name(name).Do(t.Context()).Error()
 	return err == nil
 }
@@ -427,7 +427,7 @@ spec:
 			job.Spec.Template.Spec.Containers = []corev1.Container{{Name: "c", Image: "x"}}
 			_, err = kc.BatchV1().Jobs(ns).Create(t.Context(), job, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		} else {
-			rc, _ := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+			rc, _ := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 			err = rc.Post().Namespace(ns).Resource(resource).Param("dryRun", "All").Body(jobRun(ns, "probe", "codex")).Do(t.Context()).Error()
 		}
 		if !core.PolicyNotReady(err) {

@@ -5,14 +5,14 @@ import (
 	"context"
 
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
 	"github.com/agentplane/agentplane/services/status-writer/internal/writer"
 )
 
 // Setup registers the StatusWriter gRPC service.
 func Setup(_ context.Context, rt *app.Runtime) error {
-	clients, err := kube.NewClients(rt.Config)
+	clients, err := kubeclient.NewClients(rt.Config)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 )
 
 // storeKey names one informer's cache: one kind in one namespace.
@@ -40,7 +40,7 @@ func (w *Writer) Watch(ctx context.Context, namespaces []string) error {
 		factories = append(factories, f)
 		for _, k := range kinds {
 			inf := f.ForResource(k.resource).Informer()
-			utilruntime.Must(inf.SetTransform(kube.DropManagedFields))
+			utilruntime.Must(inf.SetTransform(kubeclient.DropManagedFields))
 			if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { w.observed(k, obj) },
 				UpdateFunc: func(_, obj any) { w.observed(k, obj) },

@@ -36,7 +36,7 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchestrationv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/grpcx"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer env.Stop()
-		if kc, err = client.New(env.Config, client.Options{Scheme: kube.Scheme}); err != nil {
+		if kc, err = client.New(env.Config, client.Options{Scheme: kubeclient.Scheme}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

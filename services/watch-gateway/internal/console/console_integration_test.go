@@ -28,7 +28,7 @@ import (
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/health"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/gateway"
@@ -206,7 +206,7 @@ func newRun(t *testing.T, ns, name string) *agentsv1alpha1.AgentRun {
 	t.Helper()
 	ar := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "codex"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"}}}
-	rc, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	rc, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func newRun(t *testing.T, ns, name string) *agentsv1alpha1.AgentRun {
 
 func setPhase(t *testing.T, ar *agentsv1alpha1.AgentRun, phase string) {
 	t.Helper()
-	rc, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	rc, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func setPhase(t *testing.T, ar *agentsv1alpha1.AgentRun, phase string) {
 
 func deleteRun(t *testing.T, ns, name string) {
 	t.Helper()
-	rc, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	rc, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestCancelNeedsTheUsersPatchPermissionAndTheCSRFToken(t *testing.T) {
 	grant(t, env.Client, ns, "operator", append(append([]rbacv1.PolicyRule{statusViewer}, runReader...), runPatcher...)...)
 	testRun := func() bool {
 		var ar agentsv1alpha1.AgentRun
-		rc, _ := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+		rc, _ := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 		if err := rc.Get().Namespace(ns).Resource("agentruns").Name("long").Do(ctx).Into(&ar); err != nil {
 			t.Fatal(err)
 		}

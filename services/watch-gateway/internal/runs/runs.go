@@ -29,7 +29,7 @@ import (
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/health"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/redact"
 )
 
@@ -60,7 +60,7 @@ type Source struct {
 // gathered for batch before each delta.
 func New(client versioned.Interface, namespace string, hub *health.Hub, batch time.Duration) (*Source, error) {
 	ours := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace(namespace),
-		externalversions.WithTransform(kube.DropManagedFields))
+		externalversions.WithTransform(kubeclient.DropManagedFields))
 	s := &Source{hub: hub, namespace: namespace, batch: batch, pending: map[string]struct{}{},
 		agentRuns: ours.Agents().V1alpha1().AgentRuns().Informer(),
 		orchRuns:  ours.Orchestration().V1alpha1().OrchestrationRuns().Informer(),

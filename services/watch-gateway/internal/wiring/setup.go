@@ -23,7 +23,7 @@ import (
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/health"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/redisx"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
@@ -184,7 +184,7 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	clients, err := kube.NewClients(rt.Config)
+	clients, err := kubeclient.NewClients(rt.Config)
 	if err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func serveAggregated(ctx context.Context, rt *app.Runtime, c Config, kc kubernet
 }
 
 // setupConsole serves the runs stream and the web console; it returns who may watch the runs.
-func setupConsole(rt *app.Runtime, c Config, clients kube.Clients, gw *gateway.Gateway, mux *http.ServeMux,
+func setupConsole(rt *app.Runtime, c Config, clients kubeclient.Clients, gw *gateway.Gateway, mux *http.ServeMux,
 	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions, overTLS bool) (gateway.Authorizer, error) {
 	keys := session.Random(c.SessionTTL)
 	if c.SessionKeyFile != "" {

@@ -1,7 +1,7 @@
-// Package kube builds Kubernetes clients the same way in every service: from KUBECONFIG or the
+// Package kubeclient builds Kubernetes clients the same way in every service: from KUBECONFIG or the
 // in-cluster service account, with client-go requests traced by OpenTelemetry, and a scheme that
 // knows the agentplane kinds.
-package kube
+package kubeclient
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 //go:build integration
 
-package cancel
+package wiring
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
+	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
 )
 
 const agentAndPlan = `
@@ -85,7 +86,7 @@ func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
 		return nil
 	})
 	// An Argo Workflow of the run; its finalizer stands for Argo's controller still stopping it.
-	wfs := dynamic.NewForConfigOrDie(env.Config).Resource(WorkflowGVR).Namespace(f.ns)
+	wfs := dynamic.NewForConfigOrDie(env.Config).Resource(cancel.WorkflowGVR).Namespace(f.ns)
 	testenv.Eventually(t, 30*time.Second, "the Workflow CRD served", func() error {
 		_, err := wfs.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
@@ -465,7 +466,7 @@ func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
 	}
 	stop := func() { // the same copy each time, as a stale cache would hand it over
 		t.Helper()
-		if err := f.p.stopJob(context.Background(), ar.UID, j.DeepCopy()); err != nil {
+		if err := f.p.ar.StopJob(context.Background(), ar.UID, j.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -474,9 +475,7 @@ func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
 	// The deletion observed: the process forgets the Job, which the stale copy still shows.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		f.p.mu.Lock()
-		remembered := f.p.jobsHit[j.UID]
-		f.p.mu.Unlock()
+		remembered := f.p.protocol.JobHit(j.UID)
 		if !remembered {
 			break
 		}
@@ -486,7 +485,7 @@ func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
-	if got := f.p.stoppedSummary(ar.UID); got != "1 Job(s)" {
+	if got := f.p.protocol.StoppedSummary(ar.UID); got != "1 Job(s)" {
 		t.Fatalf("stopped %q, want 1 Job(s)", got)
 	}
 }

@@ -1,6 +1,4 @@
-// Package service wires cancel-propagator into the common service runner: clients for the API
-// server, status-writer and event-emitter, leader election, and the controller.
-package service
+package wiring
 
 import (
 	"context"
@@ -9,10 +7,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/agentplane/agentplane/libs/app"
-	"github.com/agentplane/agentplane/libs/backends"
 	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/libs/connect"
 	"github.com/agentplane/agentplane/libs/leader"
-	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
 )
 
 // Setup reads cancel-propagator's configuration and runs it as a background task, under leader
@@ -23,11 +20,11 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 		ns = []string{rt.Config.PodNamespace}
 	}
 	env := config.FromOS()
-	cfg, err := cancel.LoadConfig(env, ns)
+	cfg, err := LoadConfig(env, ns)
 	if err != nil {
 		return err
 	}
-	c, err := backends.Dial(rt, env, nil)
+	c, err := connect.Controller(rt, env, nil)
 	if err != nil {
 		return err
 	}
@@ -36,7 +33,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 		c.Close()
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	p, err := cancel.New(cfg, cancel.Deps{Kube: c.Kube, Dynamic: dyn, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
+	p, err := New(cfg, Deps{Kube: c.Kube, Dynamic: dyn, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
 	if err != nil {
 		c.Close()
 		return err

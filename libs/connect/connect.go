@@ -1,8 +1,8 @@
-// Package backends dials what agentplane's controllers (run-controller, job-gc,
-// cancel-propagator) talk to: the API server, status-writer (JANGAR_STATUS_WRITER_ADDR) and
+// Package connect connects a controller (run-controller, job-gc, cancel-propagator) to what it
+// talks to: the API server, status-writer (JANGAR_STATUS_WRITER_ADDR) and
 // event-emitter (JANGAR_EVENT_EMITTER_ADDR), identified to them by the ServiceAccount token in
 // JANGAR_SERVICE_TOKEN_FILE or a client certificate (JANGAR_GRPC_CLIENT_*; see libs/access).
-package backends
+package connect
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 	"github.com/agentplane/agentplane/libs/app"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/statusclient"
 )
 
@@ -34,15 +34,15 @@ type Clients struct {
 	StatusAddr, EventsAddr string
 }
 
-// Dial builds the clients of the service rt. instrument, if not nil, sees the API server
+// Controller builds the clients of the controller service rt. instrument, if not nil, sees the API server
 // configuration before any client is built from it (to count requests, say). Events never hold
 // a reconcile for long: a few seconds of retries, then the event is dropped (and logged).
-func Dial(rt *app.Runtime, env *config.Env, instrument func(*rest.Config)) (*Clients, error) {
+func Controller(rt *app.Runtime, env *config.Env, instrument func(*rest.Config)) (*Clients, error) {
 	c := &Clients{
 		StatusAddr: env.String(EnvStatusWriterAddr, "127.0.0.1:50052"),
 		EventsAddr: env.String(EnvEventEmitterAddr, "127.0.0.1:50053"),
 	}
-	rc, err := kube.ForService(rt.Config)
+	rc, err := kubeclient.ForService(rt.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package cancel
+package wiring
 
 import (
 	"strings"

@@ -1,6 +1,6 @@
 //go:build integration
 
-package cancel
+package wiring
 
 import (
 	"context"
@@ -27,9 +27,10 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/kube"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/libs/testenv"
+	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
 )
 
 var (
@@ -77,11 +78,11 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := env.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	agents, err := kube.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	agents, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	orch, err := kube.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	orch, err := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func (f *fixture) getOR(name string) (*orchv1alpha1.OrchestrationRun, error) {
 // (more) happened instead of sleeping.
 func (f *fixture) settle(kind, name string) {
 	f.t.Helper()
-	k := key(kind, f.ns, name)
+	k := cancel.Key(kind, f.ns, name)
 	mark := f.rec.Mark(k)
 	f.p.enqueue(k)
 	f.rec.AwaitAfter(f.t, k, mark, time.Minute)
@@ -273,7 +274,7 @@ func (f *fixture) metric(name string, labels ...string) float64 {
 }
 
 func condOf(conds []metav1.Condition) string {
-	c := meta.FindStatusCondition(conds, CondCancelled)
+	c := meta.FindStatusCondition(conds, cancel.CondCancelled)
 	if c == nil {
 		return "none"
 	}
@@ -309,7 +310,7 @@ func (f *fixture) applyCluster(manifest string) {
 // releaseWorkflow removes the test's finalizer from a Workflow, as Argo's controller would once stopped.
 func (f *fixture) releaseWorkflow(name string) {
 	f.t.Helper()
-	_, err := dynamic.NewForConfigOrDie(env.Config).Resource(WorkflowGVR).Namespace(f.ns).Patch(context.Background(), name,
+	_, err := dynamic.NewForConfigOrDie(env.Config).Resource(cancel.WorkflowGVR).Namespace(f.ns).Patch(context.Background(), name,
 		"application/json-patch+json", []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
 	if err != nil {
 		f.t.Fatal(err)

@@ -1,10 +1,11 @@
-package cancel
+package wiring
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/agentplane/agentplane/libs/config"
+	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
 )
 
 // Config is cancel-propagator's own configuration, read from the environment; the chart's
@@ -22,10 +23,11 @@ type Config struct {
 	Workers int
 }
 
-// The variables, by name.
+// The variables, by name (the cancel protocol's messages name the first two: package cancel
+// spells them).
 const (
-	EnvEnabled = "JANGAR_ORCHESTRATION_CANCEL_ENABLED"
-	EnvTimeout = "JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS"
+	EnvEnabled = cancel.EnvEnabled // JANGAR_ORCHESTRATION_CANCEL_ENABLED
+	EnvTimeout = cancel.EnvTimeout // JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS
 	EnvWorkers = "JANGAR_CANCEL_PROPAGATOR_WORKERS"
 )
 

@@ -1,0 +1,92 @@
+// Package orchestrationrun cancels OrchestrationRuns: it sets spec.cancel on each of a cancelled
+// run's AgentRuns (each is then cancelled by package agentrun), shuts down and deletes its Argo
+// Workflows, and follows the cancel protocol (package cancel) around that.
+package orchestrationrun
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
+)
+
+// Reconciler cancels OrchestrationRuns. The informer maps are by namespace and filled before the
+// first Reconcile.
+type Reconciler struct {
+	*cancel.Protocol
+	// Client is the generated clientset of the agentplane API groups: it sets the AgentRuns'
+	// spec.cancel.
+	Client versioned.Interface
+	// OrchestrationRuns and AgentRuns (indexed cancel.ByOwner) by namespace.
+	OrchestrationRuns, AgentRuns map[string]cache.SharedIndexInformer
+}
+
+// Reconcile cancels the OrchestrationRun named by key ("<namespace>/<name>", the queue's key)
+// when its spec.cancel is set.
+func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
+	ns, name := controller.SplitKey(key)
+	o, ok, _ := r.OrchestrationRuns[ns].GetStore().GetByKey(ns + "/" + name)
+	if !ok {
+		return nil
+	}
+	or := o.(*orchv1alpha1.OrchestrationRun)
+	if !or.Spec.Cancel || or.DeletionTimestamp != nil {
+		return nil
+	}
+	run := cancel.Run{Kind: cancel.KindOrchestrationRun, APIVersion: orchv1alpha1.GroupVersion.String(), Meta: or.ObjectMeta, Phase: or.Status.Phase, Conds: or.Status.Conditions}
+	children, _ := r.AgentRuns[ns].GetIndexer().ByIndex(cancel.ByOwner, ns+"/"+name)
+	goOn, at, err := r.Begin(ctx, run, fmt.Sprintf("its %d AgentRun(s) and their Jobs", len(children)))
+	if !goOn || err != nil {
+		return err
+	}
+	var left []string
+	var running []*agentsv1alpha1.AgentRun
+	for _, c := range children {
+		ar := c.(*agentsv1alpha1.AgentRun)
+		if ref := controller.ControllerOf(ar.OwnerReferences, cancel.KindOrchestrationRun); ref == nil || ref.UID != or.UID || cancel.IsTerminal(ar.Status.Phase) {
+			continue
+		}
+		if r.Done(ar.UID) {
+			continue
+		}
+		if !ar.Spec.Cancel {
+			_, err := r.Client.AgentsV1alpha1().AgentRuns(ns).Patch(ctx, ar.Name, types.MergePatchType,
+				[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				continue
+			case err != nil:
+				return fmt.Errorf("cancel AgentRun %s/%s: %w", ns, ar.Name, err)
+			}
+			r.Record(or.UID, cancel.KindAgentRun, 1)
+		}
+		running = append(running, ar)
+		left = append(left, "AgentRun "+ar.Name)
+	}
+	wl, err := r.StopWorkflows(ctx, cancel.Key(cancel.KindOrchestrationRun, ns, name), ns, or.UID, agentsv1alpha1.LabelOrchestrationRun, name)
+	if err != nil {
+		return err
+	}
+	left = append(left, wl...)
+	done, err := r.Finish(ctx, run, cancel.Key(cancel.KindOrchestrationRun, ns, name), at, left)
+	if done && len(left) > 0 {
+		// Timed out: the AgentRuns still running are Cancelled too, so that job-gc lets their
+		// Jobs go.
+		for _, ar := range running {
+			msg := "its OrchestrationRun " + name + "'s cancel timed out"
+			_ = r.Write(ctx, cancel.Run{Kind: cancel.KindAgentRun, Meta: ar.ObjectMeta}, agentsv1alpha1.PhaseCancelled, reasons.CancelTimedOut, msg,
+				cancel.Cond(metav1.ConditionTrue, reasons.CancelTimedOut, msg))
+		}
+	}
+	return err
+}
