@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,7 @@ func TestClusterInstall(t *testing.T) {
 		t.Run("an upgrade keeps the gateway's generated certificate", c.checkCertificateKept)
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
 		t.Run("the threat model's admission refusals", c.checkThreats)
+		t.Run("the threat model on a real run: redaction, the console's cancel, watch bounds", c.checkRunThreats)
 		t.Run("cancel, retention and WorkflowJobMissing", c.checkLifecycle)
 		t.Run("helm test", func(t *testing.T) { c.helmTest(t, "agentplane") })
 		t.Run("every command the NOTES print works", func(t *testing.T) {
@@ -998,7 +1000,18 @@ func (c *kcluster) pushPrevious(t *testing.T) string {
 // `probe` subcommand against status-writer's gRPC health and reports whether it answered.
 func (c *kcluster) probeFrom(t *testing.T, name, label, image string) (bool, string) {
 	t.Helper()
+	return c.podRun(t, name, label, image, "probe", "--timeout=5s", "status-writer."+clusterNS+".svc:50051")
+}
+
+// podRun runs image with args in a pod of its own (non-root, no token) labelled
+// app.kubernetes.io/name=label, and returns whether it succeeded and its log.
+func (c *kcluster) podRun(t *testing.T, name, label, image string, args ...string) (bool, string) {
+	t.Helper()
 	_, _ = c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = strconv.Quote(a)
+	}
 	doc := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s, labels: {app.kubernetes.io/name: %s}}
@@ -1009,9 +1022,9 @@ spec:
   containers:
   - name: probe
     image: %s
-    args: [probe, --timeout=5s, status-writer.%s.svc:50051]
+    args: [%s]
     securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-`, name, label, image, clusterNS)
+`, name, label, image, strings.Join(quoted, ", "))
 	if out, err := c.kubectlIn(doc, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}

@@ -21,7 +21,11 @@ import (
 // it asks ADDRESS's grpc.health.v1 for SERVICE (the server as a whole when empty) and exits 0
 // when it answers SERVING, 1 when it answers anything else or not at all, 2 on bad arguments.
 //
-//	<service> probe [--tls] [--ca-file F] [--server-name N] [--cert-file F --key-file F] [--timeout 10s] ADDRESS [SERVICE]
+// With --watches N it opens N Watch streams at once instead, holds each until it has answered,
+// and exits 0 when all of them did, 1 when the server refused one (it bounds the watches one
+// address may hold: grpcx.HealthWatchPerAddress).
+//
+//	<service> probe [--tls] [--ca-file F] [--server-name N] [--cert-file F --key-file F] [--timeout 10s] [--watches N] ADDRESS [SERVICE]
 func Probe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,14 +35,15 @@ func Probe(args []string, stdout, stderr io.Writer) int {
 	certFile := fs.String("cert-file", "", "client certificate, for a server that requires one (mTLS; implies --tls)")
 	keyFile := fs.String("key-file", "", "the client certificate's key")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the answer")
+	watches := fs.Int("watches", 0, "open this many Watch streams at once, each held until it answers, instead of one Check")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: probe [--tls] [--ca-file F] [--server-name N] [--cert-file F --key-file F] [--timeout 10s] ADDRESS [SERVICE]")
+		fmt.Fprintln(stderr, "usage: probe [--tls] [--ca-file F] [--server-name N] [--cert-file F --key-file F] [--timeout 10s] [--watches N] ADDRESS [SERVICE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() < 1 || fs.NArg() > 2 || *timeout <= 0 || (*certFile == "") != (*keyFile == "") {
+	if fs.NArg() < 1 || fs.NArg() > 2 || *timeout <= 0 || *watches < 0 || (*certFile == "") != (*keyFile == "") {
 		fs.Usage()
 		return 2
 	}
@@ -76,6 +81,9 @@ func Probe(args []string, stdout, stderr io.Writer) int {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	if *watches > 0 {
+		return probeWatches(ctx, healthpb.NewHealthClient(conn), addr, svc, *watches, stdout, stderr)
+	}
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc}, grpc.WaitForReady(true))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -93,5 +101,22 @@ func Probe(args []string, stdout, stderr io.Writer) int {
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		return 1
 	}
+	return 0
+}
+
+// probeWatches opens n Watch streams on one connection and holds them all until it returns: the
+// first one the server refuses (or that does not answer) ends the probe with 1.
+func probeWatches(ctx context.Context, client healthpb.HealthClient, addr, svc string, n int, stdout, stderr io.Writer) int {
+	for i := 1; i <= n; i++ {
+		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: svc}, grpc.WaitForReady(true))
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "probe: %s: watch %d of %d refused, %d held: %v\n", addr, i, n, i-1, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stdout, "%s: %d watches held\n", addr, n)
 	return 0
 }
