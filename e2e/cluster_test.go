@@ -5,8 +5,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -354,13 +352,8 @@ func (c *kcluster) checkRunsApart(t *testing.T) {
 // bound to the status-viewer Role streams the status.
 func (c *kcluster) checkGatewayThreats(t *testing.T) {
 	const svc, path = "agentplane-watch-gateway", "/api/agents/control-plane/status/stream"
-	ca, err := c.kubectl("get", "configmap", svc+"-ca", "-o", `jsonpath={.data.ca\.crt}`)
-	roots := x509.NewCertPool()
-	if err != nil || !roots.AppendCertsFromPEM([]byte(ca)) {
-		t.Fatalf("the gateway's CA (ConfigMap %s-ca): %v %q", svc, err, ca)
-	}
-	port := c.portForward(t, "svc/"+svc, 8080)
-	trusting := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	trusting, base := c.gatewayClient(t) // every call below has its own 15 s deadline
+	port := base[strings.LastIndex(base, ":")+1:]
 	call := func(client *http.Client, url, host, token string) (int, string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
