@@ -569,6 +569,7 @@ spec:
 	if err == nil || !strings.Contains(out, "evil.example.com/x:1") || !strings.Contains(out, "registry.example.com/agents/*") {
 		t.Errorf("a run's image outside its Agent's pins: %v %s, want a refusal naming the image and the pattern", err, out)
 	}
+	c.checkRecordAndMetadata(t)
 	// A run that exists (the examples'): its Secrets cannot be swapped, even by an admin.
 	out, err = c.kubectlRuns("patch", "agentrun", "hello", "--type=merge", "-p", `{"spec":{"secrets":["threat-root"]}}`)
 	if err == nil || !strings.Contains(out, "cannot change once the run is created") {

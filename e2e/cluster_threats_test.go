@@ -367,3 +367,50 @@ func (c *kcluster) checkStreamBound(t *testing.T) {
 		return nil
 	})
 }
+
+// checkRecordAndMetadata (part of checkThreats, with its user mallory): the creator record a
+// run's creator writes is replaced by the API server's, and no one may change it afterwards; a
+// user with only patch on runs (the console-operator Role's right) may set spec.cancel and
+// nothing in the run's metadata.
+func (c *kcluster) checkRecordAndMetadata(t *testing.T) {
+	must := func(args ...string) {
+		t.Helper()
+		if out, err := c.kubectlRuns(args...); err != nil {
+			t.Fatalf("kubectl %v: %v %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = c.kubectlRuns("delete", "agentrun/threat-forged", "role/threat-patch-only", "rolebinding/threat-patcher", "--ignore-not-found", "--wait=false")
+	})
+	forged := `apiVersion: agents.proompteng.ai/v1alpha1
+kind: AgentRun
+metadata:
+  name: threat-forged
+  annotations: {agents.proompteng.ai/created-by: admin, agents.proompteng.ai/creator-may-get-secrets: threat-root}
+spec:
+  agentRef: {name: codex}
+  runtime: {type: job}
+`
+	if out, err := c.kubectlRunsIn(forged, "create", "--as", "mallory", "-f", "-"); err != nil {
+		t.Fatalf("mallory's run: %v %s", err, out)
+	}
+	out, err := c.kubectlRuns("get", "agentrun", "threat-forged", "-o",
+		`jsonpath={.metadata.annotations.agents\.proompteng\.ai/created-by}|{.metadata.annotations.agents\.proompteng\.ai/creator-may-get-secrets}`)
+	if by, secrets, _ := strings.Cut(strings.TrimSpace(out), "|"); err != nil || by != "mallory" || strings.Contains(secrets, "threat-root") {
+		t.Errorf("mallory's forged creator record: %v %q, want created-by mallory and no threat-root", err, out)
+	}
+	out, err = c.kubectlRuns("annotate", "agentrun", "threat-forged", "--overwrite", "agents.proompteng.ai/created-by=admin")
+	if err == nil || !strings.Contains(out, "cannot change") {
+		t.Errorf("changing a run's creator record: %v %s, want the API server's refusal", err, out)
+	}
+	must("create", "role", "threat-patch-only", "--verb=get,patch", "--resource=agentruns.agents.proompteng.ai")
+	must("create", "rolebinding", "threat-patcher", "--role=threat-patch-only", "--user=patcher")
+	out, err = c.kubectlRuns("annotate", "--as", "patcher", "agentrun", "threat-forged", "agentplane.dev/simulate-exit-code=0")
+	if err == nil || !strings.Contains(out, "may not change the metadata.annotations") {
+		t.Errorf("a simulate annotation set with patch alone: %v %s, want refused (it needs update)", err, out)
+	}
+	out, err = c.kubectlRuns("patch", "--as", "patcher", "agentrun", "threat-forged", "--type=merge", "-p", `{"spec":{"cancel":true}}`)
+	if err != nil {
+		t.Errorf("spec.cancel set with patch alone: %v %s, want allowed (the console's cancel)", err, out)
+	}
+}
