@@ -135,6 +135,19 @@ func (o manifest) String() string {
 	return o.Kind + "/" + o.Metadata.Namespace + "/" + o.Metadata.Name
 }
 
+// operatorChoices are the values a chart leaves to its operator (no default; rendered without
+// them it fails, saying what to choose): every test that renders or installs the chart passes
+// them, as an operator must.
+var operatorChoices = map[string][]string{
+	// job-gc is installed beside it in every test that installs it.
+	"run-controller": {"--set", "controller.jobResultFinalizer=true"},
+}
+
+// withChoices is chart's operatorChoices followed by flags (which win).
+func withChoices(chart string, flags ...string) []string {
+	return append(slices.Clone(operatorChoices[chart]), flags...)
+}
+
 // helmEnv runs helm against charts on disk with its config, cache and data in temporary
 // folders, so that nothing from the user's helm setup leaks in.
 type helmEnv struct {
@@ -170,7 +183,7 @@ func (h *helmEnv) run(args ...string) (stdout, stderr string, err error) {
 // lint runs `helm lint --strict` on a chart.
 func (h *helmEnv) lint(t *testing.T, chart string) {
 	t.Helper()
-	stdout, stderr, err := h.run("lint", "--strict", filepath.Join("charts", chart))
+	stdout, stderr, err := h.run(append([]string{"lint", "--strict", filepath.Join("charts", chart)}, withChoices(chart)...)...)
 	if err != nil {
 		t.Fatalf("helm lint --strict charts/%s: %v\n%s%s", chart, err, stdout, stderr)
 	}
@@ -187,7 +200,7 @@ func (h *helmEnv) template(t *testing.T, chart string, flags ...string) []manife
 }
 
 func (h *helmEnv) templateErr(chart string, flags ...string) (stdout, stderr string, err error) {
-	args := append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", chartNamespace, "--kube-version", renderKubeVersion}, flags...)
+	args := append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", chartNamespace, "--kube-version", renderKubeVersion}, withChoices(chart, flags...)...)
 	return h.run(args...)
 }
 
@@ -483,7 +496,7 @@ func TestCharts(t *testing.T) {
 		// Besides the CRDs: the admission policies (docs/security.md), each bound, and the
 		// ClusterRole that grants `use` on ServiceAccounts; nothing else.
 		want := map[string]int{"CustomResourceDefinition": len(wantCRDs), "MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
-			"ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5, "ClusterRole": 1}
+			"ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6, "ClusterRole": 1}
 		if !reflect.DeepEqual(kinds, want) {
 			t.Errorf("the CRD chart renders %v, want %v", kinds, want)
 		}

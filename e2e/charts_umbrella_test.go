@@ -99,8 +99,8 @@ func TestUmbrellaChart(t *testing.T) {
 			callers := fmt.Sprintf("%[1]s-job-gc,%[1]s-cancel-propagator,%[1]s-run-controller", rel)
 			for _, sc := range serviceCharts {
 				// The umbrella's default: every service acts on runs in <namespace>-runs.
-				flags := []string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace, "--kube-version", renderKubeVersion,
-					"--set", "controller.namespaces={" + chartNamespace + "-runs}"}
+				flags := append([]string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace, "--kube-version", renderKubeVersion,
+					"--set", "controller.namespaces={" + chartNamespace + "-runs}"}, withChoices(sc.name)...)
 				switch sc.name {
 				case "status-writer":
 					flags = append(flags, "--set", "auth.allowedCallers={"+callers+"}")

@@ -172,6 +172,7 @@ func (c *kcluster) helmInstall(t *testing.T, release, chart, version string, ext
 	t.Helper()
 	args := []string{"install", release, "oci://" + c.registry + "/charts/" + chart, "--version", version, "--plain-http",
 		"-n", clusterNS, "--wait", "--timeout", "5m"}
+	args = append(args, withChoices(chart)...)
 	switch chart {
 	case "agentplane-crds":
 	case "agentplane", "event-emitter", "watch-gateway":
@@ -749,6 +750,16 @@ spec: {orchestrationRef: {name: plan-and-implement}}
 func (c *kcluster) uninstall(t *testing.T, before map[string]bool, releases ...string) {
 	t.Helper()
 	c.deleteRuns(t)
+	// A run in flight when job-gc goes: its Job holds the job-result finalizer, which job-gc's
+	// pre-delete hook must release (#32 item 2); without the hook it stays held (checked below).
+	c.createBulk(t, "held", 1, "1h")
+	eventually(t, 2*time.Minute, "the in-flight run's Job held by the job-result finalizer", func() error {
+		out, err := c.kubectlRuns("get", "job", "-l", "agents.proompteng.ai/agent-run=held-000", "-o", "jsonpath={.items[*].metadata.finalizers}")
+		if err != nil || !strings.Contains(out, "agents.proompteng.ai/job-result") {
+			return errorf("%v %q", err, out)
+		}
+		return nil
+	})
 	for _, r := range releases {
 		if out, err := c.helm("uninstall", r, "-n", clusterNS, "--wait", "--timeout", "3m"); err != nil {
 			t.Fatalf("helm uninstall %s: %v\n%s", r, err, out)
@@ -793,11 +804,14 @@ func (c *kcluster) uninstall(t *testing.T, before map[string]bool, releases ...s
 	if len(stray) > 0 {
 		t.Errorf("cluster-scoped objects left after uninstalling %v: %v", releases, stray)
 	}
-	for _, kind := range []string{"deployments", "services", "serviceaccounts", "roles", "rolebindings", "configmaps", "secrets", "networkpolicies", "poddisruptionbudgets"} {
+	for _, kind := range []string{"deployments", "services", "serviceaccounts", "roles", "rolebindings", "configmaps", "secrets", "networkpolicies", "poddisruptionbudgets", "jobs"} {
 		out, err := c.kubectl("get", kind, "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name")
 		if err != nil || strings.TrimSpace(out) != "" {
 			t.Errorf("%s left in %s after uninstall: %v %s", kind, clusterNS, err, out)
 		}
+	}
+	if c.runsNS == clusterNS { // the in-flight run outlives the release (CRDs stay); its Job is free now
+		c.deleteRuns(t)
 	}
 }
 

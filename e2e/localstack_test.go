@@ -608,7 +608,7 @@ spec:
 			t.Fatalf("%v %s", err, out)
 		}
 		for _, sc := range serviceCharts {
-			args := []string{"install", sc.name, filepath.Join(root, "charts", sc.name), "-n", ns, "--wait", "--timeout", "2m"}
+			args := append([]string{"install", sc.name, filepath.Join(root, "charts", sc.name), "-n", ns, "--wait", "--timeout", "2m"}, withChoices(sc.name)...)
 			if sc.name == "event-emitter" || sc.name == "watch-gateway" {
 				args = append(args, "--set", "redis.url=redis://redis:6379/0")
 			}

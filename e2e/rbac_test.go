@@ -340,7 +340,7 @@ func chartOnAPIServer(t *testing.T, chart, namespace string, namespaces []string
 			t.Fatalf("%v %s", err, out)
 		}
 	}
-	args := append([]string{"template", chart, filepath.Join(root, "charts", chart), "-n", namespace, "--kube-version", renderKubeVersion}, flags...)
+	args := append([]string{"template", chart, filepath.Join(root, "charts", chart), "-n", namespace, "--kube-version", renderKubeVersion}, withChoices(chart, flags...)...)
 	manifest, err := exec.Command(helm, args...).Output()
 	if err != nil {
 		t.Fatalf("helm template %s: %v", chart, err)

@@ -278,6 +278,15 @@ EOF
   exit 0
 fi
 
+# The cancel switch cancel-propagator's chart turns on while cancel is enabled (the admission
+# policy agentplane-cancel-switch accepts a new spec.cancel only where it is on): on with the
+# service's default, off with JANGAR_ORCHESTRATION_CANCEL_ENABLED=false (then every new cancel is
+# refused, saying cancel is disabled).
+case $(echo "${JANGAR_ORCHESTRATION_CANCEL_ENABLED:-true}" | tr '[:upper:]' '[:lower:]') in
+  1 | true | yes | on) "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null ;;
+  *) "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null ;;
+esac
+
 # Service-to-service authentication, as in a cluster: status-writer and event-emitter accept
 # only the controllers' ServiceAccounts, each presenting a token the API server issued for the
 # audience "agentplane" (TokenRequest, what kubelet projects into a pod). Tokens last a week;

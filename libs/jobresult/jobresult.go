@@ -5,10 +5,15 @@
 package jobresult
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 )
@@ -38,4 +43,42 @@ func ReleasePatch(j *batchv1.Job) ([]byte, error) {
 		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": agentsv1alpha1.FinalizerJobResult},
 		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
 	})
+}
+
+// ReleaseAll removes the hold from every run-controller Job in namespace (metav1.NamespaceAll for
+// all), with ReleasePatch as fieldManager, calling released for each Job it released. A Job whose
+// finalizers changed since it was listed is read again (up to three times); one gone is skipped.
+// It returns how many it released, and stops at the first other error.
+func ReleaseAll(ctx context.Context, kc kubernetes.Interface, namespace, fieldManager string, released func(*batchv1.Job)) (int, error) {
+	list, err := kc.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector})
+	if err != nil {
+		return 0, fmt.Errorf("list Jobs: %w", err)
+	}
+	n := 0
+	for i := range list.Items {
+		j := &list.Items[i]
+		for attempt := 0; Index(j) >= 0; attempt++ {
+			patch, _ := ReleasePatch(j)
+			_, err = kc.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+			if err == nil {
+				n++
+				released(j)
+				break
+			}
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if !apierrors.IsInvalid(err) || attempt >= 3 {
+				return n, fmt.Errorf("release Job %s/%s: %w (%d released so far)", j.Namespace, j.Name, err, n)
+			}
+			// The finalizer list changed since the list: read it again.
+			if j, err = kc.BatchV1().Jobs(j.Namespace).Get(ctx, j.Name, metav1.GetOptions{}); err != nil {
+				if apierrors.IsNotFound(err) {
+					break
+				}
+				return n, fmt.Errorf("read Job %s/%s: %w", list.Items[i].Namespace, list.Items[i].Name, err)
+			}
+		}
+	}
+	return n, nil
 }

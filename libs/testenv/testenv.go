@@ -141,6 +141,10 @@ func StartKube() (*Kube, error) {
 	if _, stderr, err := k.RunKubectl(context.Background(), "apply", "--server-side", "-f", policies); err != nil {
 		return nil, fmt.Errorf("apply %s: %w: %s", policies, err, stderr)
 	}
+	// Cancel on, cluster-wide, as cancel-propagator's chart turns it on (TurnCancelOff undoes it).
+	if err := k.TurnCancelOn(context.Background()); err != nil {
+		return nil, err
+	}
 	// The policies are in force only once kube-apiserver has loaded them (it rereads policies about
 	// every second) and, for the recording policy (a MutatingAdmissionPolicy), once it has the
 	// CRD's OpenAPI schema, published a few seconds after the CRD is established (until then every
@@ -159,6 +163,31 @@ func StartKube() (*Kube, error) {
 	}
 	ok = true
 	return k, nil
+}
+
+// TurnCancelOn turns the cancel switch on cluster-wide (hack/local/cancel-switch.yaml, what
+// cancel-propagator's chart grants with rbac.clusterScoped and cancel.enabled): the admission policy
+// agentplane-cancel-switch then accepts a new spec.cancel. StartKube turns it on.
+func (k *Kube) TurnCancelOn(ctx context.Context) error {
+	return k.cancelSwitch(ctx, "apply", "--server-side", "--force-conflicts")
+}
+
+// TurnCancelOff removes the cancel switch, as uninstalling cancel-propagator (or installing it
+// with cancel.enabled=false) does: every new spec.cancel is refused.
+func (k *Kube) TurnCancelOff(ctx context.Context) error {
+	return k.cancelSwitch(ctx, "delete", "--ignore-not-found")
+}
+
+func (k *Kube) cancelSwitch(ctx context.Context, args ...string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(root, "hack", "local", "cancel-switch.yaml")
+	if _, stderr, err := k.RunKubectl(ctx, append(args, "-f", path)...); err != nil {
+		return fmt.Errorf("kubectl %s %s: %w: %s", args[0], path, err, stderr)
+	}
+	return nil
 }
 
 // policiesInForce creates a probe AgentRun, requires the created-by record the recording policy

@@ -154,6 +154,10 @@ contexts: (dict "root" $ "out" DICT) fills DICT with, for each enabled service, 
 {{- if and (has $svc (list "status-writer" "event-emitter")) $callers (not (dig "auth" "allowedCallers" nil $s.own)) }}
 {{- $_ := set $vals.auth "allowedCallers" $callers }}
 {{- end }}
+{{- /* the job-result finalizer only where job-gc, which releases it, is installed */}}
+{{- if and (eq $svc "run-controller") (not (kindIs "bool" (dig "controller" "jobResultFinalizer" nil $s.own))) }}
+{{- $_ := set $vals.controller "jobResultFinalizer" (hasKey $out "job-gc") }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -141,6 +141,15 @@ This service's own alerts, added to the shared PrometheusRule (charts/_shared/pr
     summary: "AgentRuns lost their Job (WorkflowJobMissing)"
     description: "job-gc found AgentRuns whose Job is gone before its outcome was recorded; they fail with WorkflowJobMissing after the grace period."
     runbook_url: {{ printf "%s#agentplaneworkflowjobmissing" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+- alert: AgentplaneJobResultHeld
+  expr: "max(agentplane_job_gc_holds_overdue) > 0"
+  for: 15m
+  labels:
+    severity: warning
+  annotations:
+    summary: "Jobs held by the job-result finalizer past their warning time"
+    description: "job-gc keeps finished or deleted Jobs whose outcome their AgentRun has not recorded longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS; they are not removed (and block namespace deletion) until it is."
+    runbook_url: {{ printf "%s#agentplanejobresultheld" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
 {{- end }}
 
 {{/*

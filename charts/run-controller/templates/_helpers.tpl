@@ -79,6 +79,9 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 - name: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS
   value: {{ (ternary .Values.controller.jobTtlSecondsAfterFinished .Values.controller.jobTTLSeconds (kindIs "invalid" .Values.controller.jobTTLSeconds)) | int64 | quote }}
 - name: JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED
+  {{- if not (kindIs "bool" .Values.controller.jobResultFinalizer) }}
+  {{- fail "run-controller: set controller.jobResultFinalizer: true when job-gc is installed for the same namespaces (it releases the agents.proompteng.ai/job-result finalizer once a Job's outcome is recorded), false when it is not (nothing else would release it: held Jobs are never removed and block namespace deletion)" }}
+  {{- end }}
   value: {{ .Values.controller.jobResultFinalizer | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_WORKERS
   value: {{ .Values.controller.workers | int | quote }}

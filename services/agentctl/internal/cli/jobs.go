@@ -4,9 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/agentplane/agentplane/libs/jobresult"
@@ -48,36 +47,11 @@ a Job released before its result is recorded may be deleted before it is.`,
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			list, err := kc.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: jobresult.Selector})
+			released, err := jobresult.ReleaseAll(cmd.Context(), kc, ns, "agentctl", func(j *batchv1.Job) {
+				fmt.Fprintf(cmd.OutOrStdout(), "released job/%s -n %s\n", j.Name, j.Namespace)
+			})
 			if err != nil {
-				return fmt.Errorf("list Jobs: %w", err)
-			}
-			released := 0
-			for i := range list.Items {
-				j := &list.Items[i]
-				for attempt := 0; jobresult.Index(j) >= 0; attempt++ {
-					patch, _ := jobresult.ReleasePatch(j)
-					_, err = kc.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "agentctl"})
-					if err == nil {
-						released++
-						fmt.Fprintf(cmd.OutOrStdout(), "released job/%s -n %s\n", j.Name, j.Namespace)
-						break
-					}
-					if apierrors.IsNotFound(err) {
-						break
-					}
-					if !apierrors.IsInvalid(err) || attempt >= 3 {
-						return fmt.Errorf("release Job %s/%s: %w (%d released so far)", j.Namespace, j.Name, err, released)
-					}
-					// The finalizer list changed since the list: read it again.
-					if j, err = kc.BatchV1().Jobs(j.Namespace).Get(ctx, j.Name, metav1.GetOptions{}); err != nil {
-						if apierrors.IsNotFound(err) {
-							break
-						}
-						return fmt.Errorf("read Job %s/%s: %w", list.Items[i].Namespace, list.Items[i].Name, err)
-					}
-				}
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d job-result hold(s) released\n", released)
 			return nil

@@ -32,6 +32,8 @@ func TestPlanCancel(t *testing.T) {
 		{"cancel support off: record it", "Running", nil, false, false, cancelDisabled},
 		{"cancel support off, recorded: nothing more", "Running", with(reasons.CancelDisabled), false, false, cancelNothing},
 		{"a finished run while support is off: the finish wins", "Failed", nil, false, false, cancelIgnoreTerminal},
+		{"refused while support was off, support back on: it stays refused", "Running", with(reasons.CancelDisabled), false, true, cancelNothing},
+		{"refused, then the run finished: the refusal stays", "Succeeded", with(reasons.CancelDisabled), false, true, cancelNothing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := planCancel(tc.phase, tc.cond, tc.doneHere, tc.enabled); got != tc.want {

@@ -180,7 +180,7 @@ func (p *Protocol) Begin(ctx context.Context, r Run, what string) (bool, time.Ti
 		p.emit(ctx, r, corev1.EventTypeNormal, reasons.CancelIgnoredTerminal, msg)
 		return false, time.Time{}, nil
 	case cancelDisabled:
-		msg := "cancel support is disabled (" + EnvEnabled + "=false): nothing was stopped; delete the run's resources by hand"
+		msg := "cancel support is disabled (" + EnvEnabled + "=false): the cancel is refused and the run goes on as if it had not been asked (turning cancel back on does not revive it); delete the run to stop it"
 		if err := p.Write(ctx, r, "", "", "", Cond(metav1.ConditionFalse, reasons.CancelDisabled, msg)); err != nil {
 			return false, time.Time{}, err
 		}
@@ -229,15 +229,15 @@ func planCancel(phase string, c *metav1.Condition, doneHere, enabled bool) cance
 	switch {
 	case phase == agentsv1alpha1.PhaseCancelled || doneHere:
 		return cancelNothing
+	case c != nil && c.Reason == reasons.CancelDisabled:
+		// Refused while cancel support was off: it stays refused (agentsv1alpha1.CancelRefused).
+		return cancelNothing
 	case phase == agentsv1alpha1.PhaseSucceeded || phase == agentsv1alpha1.PhaseFailed:
 		if c != nil && c.Reason == reasons.CancelIgnoredTerminal {
 			return cancelNothing
 		}
 		return cancelIgnoreTerminal
 	case !enabled:
-		if c != nil && c.Reason == reasons.CancelDisabled {
-			return cancelNothing
-		}
 		return cancelDisabled
 	case c != nil && c.Reason == reasons.CancelRequested:
 		return cancelResume

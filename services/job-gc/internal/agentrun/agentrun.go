@@ -83,7 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if job.Terminal(ar.Status.Phase) {
 		return r.retain(ctx, key, ar)
 	}
-	if ar.Spec.Cancel {
+	if ar.CancelInEffect() {
 		return nil // cancel-propagator stops its Jobs on purpose
 	}
 	return r.checkJobs(ctx, key, ar)
@@ -216,7 +216,7 @@ func (r *Reconciler) checkJobs(ctx context.Context, key string, ar *agentsv1alph
 		return nil
 	case err != nil:
 		return fmt.Errorf("get AgentRun %s: %w", key, err)
-	case live.Spec.Cancel || job.Terminal(live.Status.Phase):
+	case live.CancelInEffect() || job.Terminal(live.Status.Phase):
 		return nil
 	}
 	if !reported {

@@ -75,7 +75,7 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 		c.ForgetWarnings(core.NsKey(ns, name))
 		return core.Result{}, nil
 	}
-	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.Spec.Cancel {
+	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.CancelInEffect() {
 		// A cancelled run is cancel-propagator's: nothing more starts for it.
 		return core.Result{}, nil
 	}

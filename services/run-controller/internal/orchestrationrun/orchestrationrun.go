@@ -45,7 +45,7 @@ const (
 func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, error) {
 	ns, name := scaffold.SplitKey(key)
 	or, ok := c.OrchRun(ns, name)
-	if !ok || or.DeletionTimestamp != nil || core.IsTerminal(or.Status.Phase) || or.Spec.Cancel {
+	if !ok || or.DeletionTimestamp != nil || core.IsTerminal(or.Status.Phase) || or.CancelInEffect() {
 		if !ok {
 			c.ForgetWarnings("or:" + core.NsKey(ns, name))
 		}

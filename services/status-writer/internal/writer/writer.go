@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/status"
 )
 
@@ -376,7 +377,7 @@ func (w *Writer) applyBatch(obj *unstructured.Unstructured, batch []*call) ([]*c
 		}
 		contract := c.req.Contract
 		if c.req.Claim {
-			if cancelled, _, _ := unstructured.NestedBool(obj.Object, "spec", "cancel"); cancelled {
+			if cancelled, _, _ := unstructured.NestedBool(obj.Object, "spec", "cancel"); cancelled && !cancelRefused(st) {
 				c.err = fmt.Errorf("%w: %s %s/%s is cancelled (spec.cancel is true): nothing more may start for it",
 					status.ErrPrecondition, c.kind.name, obj.GetNamespace(), obj.GetName())
 				continue
@@ -462,4 +463,17 @@ func setContractFields(st map[string]any, f status.Fields, k *kind) error {
 		st[name] = v
 	}
 	return nil
+}
+
+// cancelRefused reports whether a status's conditions say its run's cancel was refused because
+// cancel support was off (agentsv1alpha1.CancelRefused): such a run goes on, and may still start.
+func cancelRefused(st map[string]any) bool {
+	conds, _ := st["conditions"].([]any)
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == reasons.CondCancelled {
+			return m["status"] == string(metav1.ConditionFalse) && m["reason"] == reasons.CancelDisabled
+		}
+	}
+	return false
 }

@@ -1,0 +1,87 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTheJobResultFinalizerOnlyWhereJobGCReleasesIt (#32 item 2): the per-service run-controller
+// chart makes its operator choose whether Jobs carry the job-result finalizer (no default: it
+// refuses to render without the choice, saying what to choose); the agentplane chart puts it on
+// only when it installs job-gc, unless run-controller's own block says otherwise; job-gc's chart
+// releases every hold before it goes (a pre-delete hook running its own image) and alerts on
+// overdue holds.
+func TestTheJobResultFinalizerOnlyWhereJobGCReleasesIt(t *testing.T) {
+	h := newHelmEnv(t)
+	const name = "JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED"
+
+	t.Run("run-controller alone: the operator chooses", func(t *testing.T) {
+		wantRefused(t, h, "run-controller", "set controller.jobResultFinalizer: true when job-gc is installed", "--set", "controller.jobResultFinalizer=null")
+		for _, v := range []string{"true", "false"} {
+			if got, _ := envOf(t, h.template(t, "run-controller", "--set", "controller.jobResultFinalizer="+v), name); got != v {
+				t.Errorf("controller.jobResultFinalizer=%s: %s=%q", v, name, got)
+			}
+		}
+	})
+
+	t.Run("one release: on exactly when job-gc is installed", func(t *testing.T) {
+		for _, tc := range []struct {
+			flags []string
+			want  string
+		}{
+			{nil, "true"},
+			{[]string{"--set", "job-gc.enabled=false"}, "false"},
+			{[]string{"--set", "job-gc.enabled=false", "--set", "run-controller.controller.jobResultFinalizer=true"}, "true"},
+			{[]string{"--set", "run-controller.controller.jobResultFinalizer=false"}, "false"},
+		} {
+			objs := umbrellaObjects(t, h, "agentplane", append([]string{"--set", "redis.url=redis://redis:6379/0"}, tc.flags...)...)
+			if got := containerEnv(t, objs, "agentplane-run-controller")[name]; got != tc.want {
+				t.Errorf("%v: %s=%q, want %q", tc.flags, name, got, tc.want)
+			}
+			_, hook := objs["Job/agentplane-job-gc-release-holds"]
+			if jobGC := !strings.Contains(strings.Join(tc.flags, " "), "job-gc.enabled=false"); hook != jobGC {
+				t.Errorf("%v: job-gc's release-holds hook rendered %v, want %v", tc.flags, hook, jobGC)
+			}
+		}
+	})
+
+	t.Run("job-gc releases its holds before it goes", func(t *testing.T) {
+		objs := objects(t, h, "job-gc", "--set", "controller.namespaces={a,b}", "--set", "image.registry=registry.example.com")
+		var hook map[string]any
+		for _, o := range objs {
+			if o["kind"] == "Job" {
+				hook = o
+			}
+		}
+		if hook == nil {
+			t.Fatal("no hook Job rendered")
+		}
+		if got := at(hook, "metadata", "annotations", "helm.sh/hook"); got != "pre-delete" {
+			t.Errorf("hook %v, want pre-delete", got)
+		}
+		c := at(hook, "spec", "template", "spec", "containers", "0").(map[string]any)
+		if args := at(c, "args"); len(args.([]any)) != 1 || args.([]any)[0] != "release-holds" {
+			t.Errorf("args %v, want [release-holds]", args)
+		}
+		if img := c["image"].(string); !strings.HasPrefix(img, "registry.example.com/agentplane/job-gc:") {
+			t.Errorf("image %s, want job-gc's own", img)
+		}
+		if env := at(c, "env", "0", "value"); env != "a,b" {
+			t.Errorf("JANGAR_AGENTS_CONTROLLER_NAMESPACES=%v, want a,b (the served namespaces)", env)
+		}
+		if sa := at(hook, "spec", "template", "spec", "serviceAccountName"); sa != "job-gc" {
+			t.Errorf("serviceAccountName %v, want job-gc's", sa)
+		}
+		for _, o := range objects(t, h, "job-gc", "--set", "releaseHoldsOnUninstall=false") {
+			if o["kind"] == "Job" {
+				t.Errorf("releaseHoldsOnUninstall=false still renders the hook")
+			}
+		}
+		alerts, _ := alertMetrics(t, h, "job-gc")
+		if _, ok := alerts["AgentplaneJobResultHeld"]; !ok {
+			t.Errorf("job-gc's alerts %v lack AgentplaneJobResultHeld", alerts)
+		}
+	})
+}

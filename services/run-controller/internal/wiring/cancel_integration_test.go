@@ -1,0 +1,83 @@
+//go:build integration
+
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/kubeclient"
+	"github.com/agentplane/agentplane/libs/reasons"
+	"github.com/agentplane/agentplane/libs/testenv"
+	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
+)
+
+// refuseCancel writes what cancel-propagator writes when it sees a cancel while cancel support is
+// off: Cancelled=False, reason CancelDisabled.
+func refuseCancel(t *testing.T, resource, ns, name string) {
+	t.Helper()
+	gv := agentsv1alpha1.GroupVersion
+	if resource == "orchestrationruns" {
+		gv = orchv1alpha1.GroupVersion
+	}
+	rc, err := kubeclient.RESTClientFor(env.Config, gv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":%q,"message":"cancel support is disabled","lastTransitionTime":%q}]}}`,
+		reasons.CondCancelled, reasons.CancelDisabled, time.Now().UTC().Format(time.RFC3339))
+	if err := rc.Patch(types.MergePatchType).Namespace(ns).Resource(resource).Name(name).SubResource("status").
+		Body([]byte(patch)).Do(context.Background()).Error(); err != nil {
+		t.Fatalf("refuse the cancel of %s %s: %v", resource, name, err)
+	}
+}
+
+// TestACancelRefusedWhileCancelWasOffStopsNothing (#32 item 1): a run whose spec.cancel
+// cancel-propagator refused because cancel support was off (Cancelled=False, reason CancelDisabled)
+// runs on as if it had not been asked: its Job is created (status-writer grants the start claim)
+// and it reaches Succeeded, and an OrchestrationRun's step starts. A cancel not refused starts
+// nothing.
+func TestACancelRefusedWhileCancelWasOffStopsNothing(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	create(t, "orchestrations", ns, orchestration(ns, "one", step("only")))
+	for _, name := range []string{"refused", "accepted"} {
+		ar := jobRun(ns, name, "codex")
+		ar.Spec.Cancel = true
+		create(t, "agentruns", ns, ar)
+		or := orchRun(ns, name+"-or", "one")
+		or.Spec.Cancel = true
+		create(t, "orchestrationruns", ns, or)
+	}
+	refuseCancel(t, "agentruns", ns, "refused")
+	refuseCancel(t, "orchestrationruns", ns, "refused-or")
+	c := startController(t, ns, nil)
+
+	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "refused"), "", 1))
+	fakePodRunning(t, j)
+	finishJob(t, ns, j.Name, true)
+	waitPhase(t, ns, "refused", agentsv1alpha1.PhaseSucceeded, 30*time.Second)
+	testenv.Eventually(t, 20*time.Second, "the refused OrchestrationRun's step started", func() error {
+		if !childExists(t, ns, "refused-or-only") {
+			return fmt.Errorf("no step run")
+		}
+		return nil
+	})
+
+	settle(t, c, "AgentRun", ns, "accepted")
+	settle(t, c, "OrchestrationRun", ns, "accepted-or")
+	for _, j := range jobsIn(t, ns) {
+		if j.Labels[agentsv1alpha1.LabelAgentRun] == "accepted" {
+			t.Errorf("Job %s: a cancelled run started", j.Name)
+		}
+	}
+	if childExists(t, ns, "accepted-or-only") {
+		t.Error("a cancelled OrchestrationRun started a step")
+	}
+}
