@@ -63,6 +63,8 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Release.Namespace | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS
   value: {{ .Values.controller.agentRunRetentionSeconds | int64 | quote }}
+- name: JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS
+  value: {{ .Values.controller.orchestrationRunRetentionSeconds | int64 | quote }}
 - name: JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS
   value: {{ .Values.controller.missingJobGraceSeconds | int64 | quote }}
 - name: JANGAR_JOB_GC_HOLD_WARNING_SECONDS
@@ -91,6 +93,11 @@ with rbac.clusterScoped).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
   verbs: ["get", "list", "watch", "delete"]
+# Delete a finished OrchestrationRun (and, above, its step runs and their Jobs) at the end of its
+# retention.
+- apiGroups: ["orchestration.proompteng.ai"]
+  resources: ["orchestrationruns"]
+  verbs: ["list", "watch", "delete"]
 {{- end }}
 
 {{/*

@@ -112,6 +112,7 @@ type OrchestrationRun struct {
 // +kubebuilder:validation:XValidation:rule="self.orchestrationRef == oldSelf.orchestrationRef",message="spec.orchestrationRef cannot change once the run is created (only spec.cancel can): create a new run"
 // +kubebuilder:validation:XValidation:rule="has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters)",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
 // +kubebuilder:validation:XValidation:rule="has(self.deliveryId) == has(oldSelf.deliveryId) && (!has(self.deliveryId) || self.deliveryId == oldSelf.deliveryId)",message="spec.deliveryId cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
 type OrchestrationRunSpec struct {
 	OrchestrationRef NameRef `json:"orchestrationRef"`
 	// +optional
@@ -122,6 +123,12 @@ type OrchestrationRunSpec struct {
 	// already finished keeps its phase. Once true it cannot be set back.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
+	// TTLSecondsAfterFinished is how long a finished OrchestrationRun is kept before it is deleted,
+	// with its step AgentRuns and their Jobs (job-gc; its default is
+	// JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // OrchestrationRunStatus is the observed state of an OrchestrationRun, written only by

@@ -15,6 +15,10 @@ type Config struct {
 	// Retention is how long a finished AgentRun without spec.ttlSecondsAfterFinished is kept
 	// before job-gc deletes it and its Jobs: JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS.
 	Retention time.Duration
+	// OrchRetention is how long a finished OrchestrationRun without spec.ttlSecondsAfterFinished is
+	// kept before job-gc deletes it, its step AgentRuns and their Jobs:
+	// JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS.
+	OrchRetention time.Duration
 	// MissingGrace is how long a run whose Job is gone (or being deleted before it finished) is
 	// reported as missing its Job before it fails with WorkflowJobMissing:
 	// JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS.
@@ -28,10 +32,11 @@ type Config struct {
 
 // The variables, by name.
 const (
-	EnvRetention    = "JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS"
-	EnvMissingGrace = "JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS"
-	EnvHoldWarning  = "JANGAR_JOB_GC_HOLD_WARNING_SECONDS"
-	EnvWorkers      = "JANGAR_JOB_GC_WORKERS"
+	EnvRetention     = "JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS"
+	EnvOrchRetention = "JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS"
+	EnvMissingGrace  = "JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS"
+	EnvHoldWarning   = "JANGAR_JOB_GC_HOLD_WARNING_SECONDS"
+	EnvWorkers       = "JANGAR_JOB_GC_WORKERS"
 )
 
 // Defaults: 30 days of retention (the seed's cluster value), a minute of grace, an hour of hold.
@@ -53,11 +58,12 @@ func LoadConfig(env *config.Env, namespaces []string) (Config, error) {
 		return time.Duration(v) * time.Second
 	}
 	c := Config{
-		Namespaces:   namespaces,
-		Retention:    seconds(EnvRetention, DefaultRetention, 0),
-		MissingGrace: seconds(EnvMissingGrace, DefaultMissingGrace, 1),
-		HoldWarning:  seconds(EnvHoldWarning, DefaultHoldWarning, 1),
-		Workers:      env.Int(EnvWorkers, 4),
+		Namespaces:    namespaces,
+		Retention:     seconds(EnvRetention, DefaultRetention, 0),
+		OrchRetention: seconds(EnvOrchRetention, DefaultRetention, 0),
+		MissingGrace:  seconds(EnvMissingGrace, DefaultMissingGrace, 1),
+		HoldWarning:   seconds(EnvHoldWarning, DefaultHoldWarning, 1),
+		Workers:       env.Int(EnvWorkers, 4),
 	}
 	if c.Workers < 1 || c.Workers > 256 {
 		env.Fail(EnvWorkers, fmt.Sprint(c.Workers), "between 1 and 256")

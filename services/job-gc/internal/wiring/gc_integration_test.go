@@ -107,7 +107,7 @@ func start(t *testing.T, cfg Config) *fixture {
 }
 
 func defaults() Config {
-	return Config{Retention: time.Hour, MissingGrace: time.Hour, HoldWarning: time.Hour, Workers: 2}
+	return Config{Retention: time.Hour, OrchRetention: time.Hour, MissingGrace: time.Hour, HoldWarning: time.Hour, Workers: 2}
 }
 
 func (f *fixture) run(name string, mod func(*agentsv1alpha1.AgentRun)) *agentsv1alpha1.AgentRun {

@@ -1,10 +1,11 @@
 // Package wiring is job-gc's wiring (seed 002): its configuration (LoadConfig), its start in the
 // service runner (Setup), and its controller on the scaffold (New, Run): the informers of
-// run-controller's Jobs and of AgentRuns, their event handlers, one queue per kind, and the
-// metrics.
+// run-controller's Jobs, of AgentRuns and of OrchestrationRuns, their event handlers, one queue
+// per kind, and the metrics.
 //
 // What each kind's reconcile decides is in the kind's package: job (the job-result finalizer is
-// held until the run records the Job's outcome) and agentrun (retention, missing Jobs).
+// held until the run records the Job's outcome), agentrun (retention, missing Jobs) and
+// orchestrationrun (retention, with its step runs and their Jobs).
 package wiring
 
 import (
@@ -24,6 +25,7 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/api/client/informers/externalversions"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/jobresult"
@@ -32,6 +34,7 @@ import (
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/job-gc/internal/agentrun"
 	"github.com/agentplane/agentplane/services/job-gc/internal/job"
+	"github.com/agentplane/agentplane/services/job-gc/internal/orchestrationrun"
 )
 
 // Deps are what job-gc talks to. Registry may be nil.
@@ -51,10 +54,13 @@ type GC struct {
 	d          Deps
 	client     versioned.Interface // the generated clientset of the agentplane API groups
 	jobs, runs map[string]cache.SharedIndexInformer
+	orchRuns   map[string]cache.SharedIndexInformer
 	ctl        *controller.Controller
 	jobQ, runQ *controller.Queue
+	orchQ      *controller.Queue
 	job        *job.Reconciler
 	run        *agentrun.Reconciler
+	orch       *orchestrationrun.Reconciler
 }
 
 // New builds job-gc for cfg.Namespaces.
@@ -69,12 +75,13 @@ func New(cfg Config, d Deps) (*GC, error) {
 	if cfg.Workers < 1 {
 		cfg.Workers = 4
 	}
-	g := &GC{cfg: cfg, d: d, client: client, jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{}}
+	g := &GC{cfg: cfg, d: d, client: client, jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{},
+		orchRuns: map[string]cache.SharedIndexInformer{}}
 	released := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentplane_job_gc_holds_released_total", Help: "job-result finalizers released, by why.",
 	}, []string{"why"})
 	deletions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "agentplane_job_gc_deletions_total", Help: "Objects job-gc deleted at the end of an AgentRun's retention, by kind.",
+		Name: "agentplane_job_gc_deletions_total", Help: "Objects job-gc deleted at the end of an AgentRun's or OrchestrationRun's retention, by kind.",
 	}, []string{"kind"})
 	missing := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentplane_job_gc_missing_jobs_total", Help: "AgentRuns found missing their Job (WorkflowJobMissing), by namespace.",
@@ -86,16 +93,19 @@ func New(cfg Config, d Deps) (*GC, error) {
 		HoldWarning: cfg.HoldWarning, Released: released}
 	g.run = &agentrun.Reconciler{Jobs: g.jobs, Runs: g.runs, Client: client, Kube: d.Kube, Status: d.Status, Events: d.Events, Now: d.Now,
 		Retention: cfg.Retention, MissingGrace: cfg.MissingGrace, Deletions: deletions, Missing: missing, Failed: failed}
+	g.orch = &orchestrationrun.Reconciler{OrchRuns: g.orchRuns, Runs: g.runs, Jobs: g.jobs, Client: client, Kube: d.Kube, Now: d.Now,
+		Retention: cfg.OrchRetention, Deletions: deletions}
 	g.ctl = controller.New(controller.Options{Service: "job-gc", Registry: d.Registry, Workers: cfg.Workers})
 	g.jobQ = g.ctl.AddQueue("Job", noResult(g.job.Reconcile))
 	g.runQ = g.ctl.AddQueue("AgentRun", noResult(g.run.Reconcile))
-	g.job.Queue, g.run.Queue = g.jobQ, g.runQ
+	g.orchQ = g.ctl.AddQueue("OrchestrationRun", noResult(g.orch.Reconcile))
+	g.job.Queue, g.run.Queue, g.orch.Queue = g.jobQ, g.runQ, g.orchQ
 	// Every namespace's series exists from the start, so alerts on increase() see the first one.
 	for _, ns := range cfg.Namespaces {
 		missing.WithLabelValues(ns)
 		failed.WithLabelValues(ns)
 	}
-	for _, kind := range []string{"Job", "AgentRun"} { // dashboards show 0 rather than no data
+	for _, kind := range []string{"Job", "AgentRun", "OrchestrationRun"} { // dashboards show 0 rather than no data
 		deletions.WithLabelValues(kind)
 	}
 	if r := d.Registry; r != nil {
@@ -105,12 +115,16 @@ func New(cfg Config, d Deps) (*GC, error) {
 				Name: "agentplane_job_gc_agentrun_retention_seconds",
 				Help: "How long a finished AgentRun without spec.ttlSecondsAfterFinished is kept (JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS).",
 			}, func() float64 { return cfg.Retention.Seconds() }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "agentplane_job_gc_orchestrationrun_retention_seconds",
+				Help: "How long a finished OrchestrationRun without spec.ttlSecondsAfterFinished is kept (JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS).",
+			}, func() float64 { return cfg.OrchRetention.Seconds() }),
 		)
 	}
 	return g, nil
 }
 
-// Run watches Jobs and AgentRuns until ctx ends.
+// Run watches Jobs, AgentRuns and OrchestrationRuns until ctx ends.
 func (g *GC) Run(ctx context.Context) error {
 	for _, ns := range g.cfg.Namespaces {
 		f := informers.NewSharedInformerFactoryWithOptions(g.d.Kube, 0, informers.WithNamespace(ns), informers.WithTransform(kubeclient.DropManagedFields),
@@ -119,8 +133,11 @@ func (g *GC) Run(ctx context.Context) error {
 			}))
 		g.jobs[ns] = f.Batch().V1().Jobs().Informer()
 		utilruntime.Must(g.jobs[ns].AddIndexers(cache.Indexers{job.ByRun: controller.IndexByController("AgentRun")}))
-		g.runs[ns] = externalversions.NewSharedInformerFactoryWithOptions(g.client, 0, externalversions.WithNamespace(ns),
-			externalversions.WithTransform(kubeclient.DropManagedFields)).Agents().V1alpha1().AgentRuns().Informer()
+		af := externalversions.NewSharedInformerFactoryWithOptions(g.client, 0, externalversions.WithNamespace(ns),
+			externalversions.WithTransform(kubeclient.DropManagedFields))
+		g.runs[ns] = af.Agents().V1alpha1().AgentRuns().Informer()
+		utilruntime.Must(g.runs[ns].AddIndexers(cache.Indexers{orchestrationrun.ByOrchestrationRun: controller.IndexByController("OrchestrationRun")}))
+		g.orchRuns[ns] = af.Orchestration().V1alpha1().OrchestrationRuns().Informer()
 		g.ctl.Watch(g.jobs[ns], controller.Handler(func(j *batchv1.Job, deleted bool) {
 			if deleted {
 				g.job.Forget(j.UID)
@@ -140,10 +157,15 @@ func (g *GC) Run(ctx context.Context) error {
 				g.jobQ.Add(j.Namespace + "/" + j.Name)
 			}
 		}))
+		g.ctl.Watch(g.orchRuns[ns], controller.Handler(func(or *orchv1alpha1.OrchestrationRun, deleted bool) {
+			if !deleted {
+				g.orchQ.Add(or.Namespace + "/" + or.Name)
+			}
+		}))
 	}
 	return g.ctl.Run(ctx, func(ctx context.Context) {
 		logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.cfg.Namespaces,
-			"retention", g.cfg.Retention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
+			"retention", g.cfg.Retention, "orchestrationRunRetention", g.cfg.OrchRetention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
 	})
 }
 

@@ -15,6 +15,10 @@ type OrchestrationRunSpecApplyConfiguration struct {
 	// Cancel asks for the run and everything it started to be stopped (cancel-propagator). A run
 	// already finished keeps its phase. Once true it cannot be set back.
 	Cancel *bool `json:"cancel,omitempty"`
+	// TTLSecondsAfterFinished is how long a finished OrchestrationRun is kept before it is deleted,
+	// with its step AgentRuns and their Jobs (job-gc; its default is
+	// JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS).
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // OrchestrationRunSpecApplyConfiguration constructs a declarative configuration of the OrchestrationRunSpec type for use with
@@ -58,5 +62,13 @@ func (b *OrchestrationRunSpecApplyConfiguration) WithDeliveryID(value string) *O
 // If called multiple times, the Cancel field is set to the value of the last call.
 func (b *OrchestrationRunSpecApplyConfiguration) WithCancel(value bool) *OrchestrationRunSpecApplyConfiguration {
 	b.Cancel = &value
+	return b
+}
+
+// WithTTLSecondsAfterFinished sets the TTLSecondsAfterFinished field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TTLSecondsAfterFinished field is set to the value of the last call.
+func (b *OrchestrationRunSpecApplyConfiguration) WithTTLSecondsAfterFinished(value int32) *OrchestrationRunSpecApplyConfiguration {
+	b.TTLSecondsAfterFinished = &value
 	return b
 }
