@@ -132,28 +132,23 @@ func Compute(o Observation) []Item {
 		add(s.Name, st, msg, nil)
 	}
 
-	switch {
-	case o.WorkflowCRD == nil:
-		add(RuntimeWorkflow, Unknown, "not observed yet", nil)
-	case *o.WorkflowCRD:
-		add(RuntimeWorkflow, Healthy, "", nil)
-	default:
-		add(RuntimeWorkflow, Unknown, "workflows.argoproj.io is not installed; workflow runs use one Job per step", nil)
-	}
+	// What run-controller runs: the job runtime (one Job) and the workflow runtime (one Job per
+	// step; Argo Workflows are never used), both on batch/v1 Jobs. It runs no temporal or custom
+	// runs: each fails with InvalidSpec, whatever is configured.
 	switch {
 	case o.JobAPI == nil:
+		add(RuntimeWorkflow, Unknown, "not observed yet", nil)
 		add(RuntimeJob, Unknown, "not observed yet", nil)
 	case *o.JobAPI:
+		add(RuntimeWorkflow, Healthy, "one batch/v1 Job per step", nil)
 		add(RuntimeJob, Healthy, "", nil)
 	default:
+		add(RuntimeWorkflow, Error, "batch/v1 Jobs are not served (a workflow runs one Job per step)", nil)
 		add(RuntimeJob, Error, "batch/v1 Jobs are not served", nil)
 	}
-	if o.TemporalAddress != "" {
-		add(RuntimeTemporal, Configured, "temporal configuration resolved", nil)
-	} else {
-		add(RuntimeTemporal, Unknown, "temporal not configured", nil)
-	}
-	add(RuntimeCustom, Unknown, "custom runtime configured per AgentRun", nil)
+	unsupported := "not supported: run-controller runs the job and workflow runtimes; a run of this runtime fails with InvalidSpec"
+	add(RuntimeTemporal, Unknown, unsupported, nil)
+	add(RuntimeCustom, Unknown, unsupported, nil)
 	switch {
 	case o.RedisAddress == "":
 		add(ComponentDatabase, Unknown, "redis not configured", nil)

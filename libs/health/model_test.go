@@ -70,8 +70,12 @@ func TestCompute(t *testing.T) {
 		}, ComponentDatabase, Degraded, "[REDACTED]"},
 		{"api server down", func(o *Observation) { o.APIServerErr = errors.New("connection refused") }, ComponentAPIServer, Error, "refused"},
 		{"api server not ready", func(o *Observation) { o.APIServerProbeErr = errors.New("connection refused") }, ComponentAPIServer, Error, "not ready: connection refused"},
-		{"temporal configured", func(o *Observation) { o.TemporalAddress = "temporal:7233" }, RuntimeTemporal, Configured, "resolved"},
-		{"custom runtime", func(*Observation) {}, RuntimeCustom, Unknown, "per AgentRun"},
+		// run-controller runs no temporal or custom runs, whatever is configured (#32 item 9).
+		{"temporal configured, still not run", func(o *Observation) { o.TemporalAddress = "temporal:7233" }, RuntimeTemporal, Unknown, "not supported"},
+		{"custom runtime, not run", func(*Observation) {}, RuntimeCustom, Unknown, "fails with InvalidSpec"},
+		// The workflow runtime is Jobs, one per step: Argo's absence does not matter.
+		{"workflow without Argo", func(o *Observation) { o.WorkflowCRD = no() }, RuntimeWorkflow, Healthy, "one batch/v1 Job per step"},
+		{"workflow without Jobs", func(o *Observation) { o.JobAPI = no() }, RuntimeWorkflow, Error, "not served"},
 		{"grpc", func(*Observation) {}, ComponentGRPC, Healthy, "127.0.0.1:50051"},
 	}
 	for _, tc := range cases {

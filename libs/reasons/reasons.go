@@ -20,6 +20,10 @@ const (
 	// CondCancelled (both run kinds, cancel-propagator): Unknown while a cancel runs
 	// (CancelRequested), True once it is done (Cancelled, CancelTimedOut).
 	CondCancelled = "Cancelled"
+	// CondReconciled (both run kinds, run-controller): False (ReconcileError, the error) while
+	// reconciles fail with a transient error and are retried; True (Reconciled) again after the
+	// next one succeeds. Absent on a run that never had such an error (seed 001).
+	CondReconciled = "Reconciled"
 )
 
 // Reasons a run's status gives for its phase that are not event reasons (they are not in All).
@@ -34,6 +38,9 @@ const (
 	StepFailed = "StepFailed"
 	// Retrying: a workflow step's attempt failed; the next starts after its backoff.
 	Retrying = "Retrying"
+	// Reconciled: the Reconciled condition's reason once a reconcile succeeds after a
+	// ReconcileError.
+	Reconciled = "Reconciled"
 )
 
 // Reasons for reconcile failures an operator must fix (seed 001): emitted as Warning events.

@@ -48,7 +48,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	run := cancel.Run{Kind: cancel.KindAgentRun, APIVersion: agentsv1alpha1.GroupVersion.String(), Meta: ar.ObjectMeta, Phase: ar.Status.Phase, Conds: ar.Status.Conditions}
 	jobs, _ := r.Jobs[ns].GetIndexer().ByIndex(cancel.ByOwner, ns+"/"+name)
 	goOn, at, err := r.Begin(ctx, run, fmt.Sprintf("its %d Job(s)", len(jobs)))
-	if !goOn || err != nil {
+	if err != nil {
+		return err
+	}
+	if !goOn {
+		if ar.Status.Phase == agentsv1alpha1.PhaseCancelled {
+			// A Job that appears after the run was Cancelled (run-controller claimed the start
+			// before the cancel and created the Job after it) is stopped too: nothing of a
+			// cancelled run keeps running.
+			_, err = r.stopJobs(ctx, ar, jobs)
+		}
 		return err
 	}
 	all, err := r.stopJobs(ctx, ar, jobs)

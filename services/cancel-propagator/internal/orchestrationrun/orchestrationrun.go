@@ -46,8 +46,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	run := cancel.Run{Kind: cancel.KindOrchestrationRun, APIVersion: orchv1alpha1.GroupVersion.String(), Meta: or.ObjectMeta, Phase: or.Status.Phase, Conds: or.Status.Conditions}
 	children, _ := r.AgentRuns[ns].GetIndexer().ByIndex(cancel.ByOwner, ns+"/"+name)
 	goOn, at, err := r.Begin(ctx, run, fmt.Sprintf("its %d AgentRun(s) and their Jobs", len(children)))
-	if !goOn || err != nil {
+	if err != nil {
 		return err
+	}
+	if !goOn {
+		if or.Status.Phase == agentsv1alpha1.PhaseCancelled {
+			// A step run created after the OrchestrationRun was Cancelled (run-controller began
+			// the step before the cancel) is cancelled too, so that none runs or stays Pending.
+			return r.cancelLateSteps(ctx, or, children)
+		}
+		return nil
 	}
 	var left []string
 	var running []*agentsv1alpha1.AgentRun
@@ -89,4 +97,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 	}
 	return err
+}
+
+// cancelLateSteps sets spec.cancel on every unfinished step run of the Cancelled OrchestrationRun
+// or that does not have it: the cancel reached the OrchestrationRun before the step was created.
+func (r *Reconciler) cancelLateSteps(ctx context.Context, or *orchv1alpha1.OrchestrationRun, children []any) error {
+	for _, c := range children {
+		ar := c.(*agentsv1alpha1.AgentRun)
+		if ref := controller.ControllerOf(ar.OwnerReferences, cancel.KindOrchestrationRun); ref == nil || ref.UID != or.UID ||
+			cancel.IsTerminal(ar.Status.Phase) || ar.Spec.Cancel || ar.DeletionTimestamp != nil {
+			continue
+		}
+		_, err := r.Client.AgentsV1alpha1().AgentRuns(or.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
+			[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("cancel AgentRun %s/%s, a step begun after its OrchestrationRun %s was cancelled: %w", or.Namespace, ar.Name, or.Name, err)
+		default:
+			r.Record(or.UID, cancel.KindAgentRun, 1)
+		}
+	}
+	return nil
 }

@@ -194,7 +194,8 @@ func TestACancelThatTimesOutNamesWhatStillRuns(t *testing.T) {
 	f.releasePod("slow-pod")
 }
 
-// Cancelling a Succeeded or Failed run changes neither its phase nor finishedAt.
+// Cancelling a Succeeded or Failed run changes neither its phase nor finishedAt; its
+// observedGeneration follows the accepted spec change all the same (#32 item 6).
 func TestCancellingAFinishedRunChangesNothing(t *testing.T) {
 	f := newFixture(t)
 	f.apply(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"done"},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`)
@@ -212,6 +213,9 @@ func TestCancellingAFinishedRunChangesNothing(t *testing.T) {
 		}
 		if ar.Status.Phase != "Succeeded" || ar.Status.Reason != "Completed" || !ar.Status.FinishedAt.Equal(&finished) {
 			return fmt.Errorf("changed: %s %s %v", ar.Status.Phase, ar.Status.Reason, ar.Status.FinishedAt)
+		}
+		if ar.Generation < 2 || ar.Status.ObservedGeneration != ar.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d (the cancel is a spec change)", ar.Status.ObservedGeneration, ar.Generation)
 		}
 		return nil
 	})

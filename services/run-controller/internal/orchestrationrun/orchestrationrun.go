@@ -307,6 +307,13 @@ func (c *Reconciler) stopOrch(ctx context.Context, or *orchv1alpha1.Orchestratio
 	return nil
 }
 
+// Validate checks an Orchestration's steps as every run of it does (Reconcile fails a run of an
+// Orchestration it refuses, with InvalidSpec and this error).
+func Validate(steps []orchv1alpha1.OrchestrationStep) error {
+	_, err := topoOrder(steps)
+	return err
+}
+
 // topoOrder checks the graph (unique names, known kinds and dependencies, no cycle) and returns
 // the steps in an order where every step follows what it depends on.
 func topoOrder(steps []orchv1alpha1.OrchestrationStep) ([]orchv1alpha1.OrchestrationStep, error) {

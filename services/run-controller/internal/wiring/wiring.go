@@ -37,6 +37,7 @@ import (
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
 	"github.com/agentplane/agentplane/services/run-controller/internal/core"
+	"github.com/agentplane/agentplane/services/run-controller/internal/definition"
 	"github.com/agentplane/agentplane/services/run-controller/internal/orchestrationrun"
 )
 
@@ -56,6 +57,8 @@ type Controller struct {
 	*core.Core
 	ctl         *scaffold.Controller
 	runQ, orchQ *scaffold.Queue
+	// agentQ and defQ: Agents and Orchestrations, for their own status (package definition).
+	agentQ, defQ *scaffold.Queue
 	runs        *agentrun.Reconciler
 	// observe, when set (by tests), is called as a reconcile of "<kind>/<namespace>/<name>"
 	// starts, and what it returns when it ends.
@@ -86,8 +89,11 @@ func New(cfg core.Config, d Deps) (*Controller, error) {
 			return c.observe(key)
 		}})
 	c.runs = agentrun.New(c.Core, func(key string) { c.runQ.Add(key) })
-	c.runQ = c.ctl.AddQueue("AgentRun", c.runs.Reconcile)
-	c.orchQ = c.ctl.AddQueue("OrchestrationRun", orchestrationrun.New(c.Core).Reconcile)
+	c.runQ = c.ctl.AddQueue("AgentRun", c.transient("AgentRun", c.runs.Reconcile))
+	c.orchQ = c.ctl.AddQueue("OrchestrationRun", c.transient("OrchestrationRun", orchestrationrun.New(c.Core).Reconcile))
+	defs := definition.New(c.Core)
+	c.agentQ = c.ctl.AddQueue("Agent", defs.Agent)
+	c.defQ = c.ctl.AddQueue("Orchestration", defs.Orchestration)
 	bindMetrics(d.Metrics, c)
 	return c, nil
 }
@@ -136,8 +142,12 @@ func (c *Controller) watch(ns string) {
 		}
 	}))
 	c.ctl.Watch(c.Agents[ns], scaffold.EnqueueIndexed(c.Runs[ns], core.ByAgent, c.runQ))
+	_, err := c.Agents[ns].AddEventHandler(scaffold.EnqueueKey(c.agentQ)) // the Agent's own status
+	utilruntime.Must(err)
 	c.ctl.Watch(c.OrchRuns[ns], scaffold.EnqueueKey(c.orchQ))
 	c.ctl.Watch(c.Orchs[ns], scaffold.EnqueueIndexed(c.OrchRuns[ns], core.ByOrchestration, c.orchQ))
+	_, err = c.Orchs[ns].AddEventHandler(scaffold.EnqueueKey(c.defQ)) // the Orchestration's own status
+	utilruntime.Must(err)
 	onJob := func(j *batchv1.Job) {
 		if ref := core.ControllerOf(j.OwnerReferences, "AgentRun"); ref != nil {
 			c.runQ.Add(core.NsKey(j.Namespace, ref.Name))

@@ -374,8 +374,24 @@ func TestAJobRefusedByAnAdmissionPolicyNotSetUpIsRetriedNotFailed(t *testing.T) 
 	if got := getRun(t, ns, "held"); got.Status.Phase == agentsv1alpha1.PhaseFailed || len(jobsIn(t, ns)) != 0 {
 		t.Fatalf("while the policy cannot run: status %+v, %d Jobs; want the run waiting, retrying", got.Status, len(jobsIn(t, ns)))
 	}
+	// Seed 001: the transient error is in the run's conditions while it lasts (#32 item 5).
+	testenv.Eventually(t, 20*time.Second, "Reconciled=False with the error", func() error {
+		c := condition(getRun(t, ns, "held").Status.Conditions, reasons.CondReconciled)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reasons.ReconcileError || !strings.Contains(c.Message, "admission policy could not run yet") {
+			return fmt.Errorf("Reconciled %+v", c)
+		}
+		return nil
+	})
 	release()
 	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "held"), "", 1))
+	// Kept until the next successful reconcile, which clears it.
+	testenv.Eventually(t, 20*time.Second, "Reconciled=True once a reconcile succeeded", func() error {
+		c := condition(getRun(t, ns, "held").Status.Conditions, reasons.CondReconciled)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reasons.Reconciled {
+			return fmt.Errorf("Reconciled %+v", c)
+		}
+		return nil
+	})
 	finishJob(t, ns, j.Name, true)
 	waitPhase(t, ns, "held", agentsv1alpha1.PhaseSucceeded, 30*time.Second)
 }

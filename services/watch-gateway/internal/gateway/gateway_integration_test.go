@@ -178,8 +178,8 @@ func (s state) apply(r received) {
 // a cursor taken before them would count them as missed deltas of their own.
 func waitSettled(t *testing.T, ch <-chan received, s state) received {
 	t.Helper()
-	return waitFor(t, ch, s, "database and crds healthy, runtime:workflow known", func(s state) bool {
-		return s["database"] == health.Healthy && s["crds"] == health.Healthy && s["runtime:workflow"] == health.Unknown
+	return waitFor(t, ch, s, "database and crds healthy, runtime:workflow and runtime:job observed", func(s state) bool {
+		return s["database"] == health.Healthy && s["crds"] == health.Healthy && s["runtime:workflow"] == health.Healthy && s["runtime:job"] == health.Healthy
 	})
 }
 
