@@ -59,7 +59,7 @@ type Controller struct {
 	runQ, orchQ *scaffold.Queue
 	// agentQ and defQ: Agents and Orchestrations, for their own status (package definition).
 	agentQ, defQ *scaffold.Queue
-	runs        *agentrun.Reconciler
+	runs         *agentrun.Reconciler
 	// observe, when set (by tests), is called as a reconcile of "<kind>/<namespace>/<name>"
 	// starts, and what it returns when it ends.
 	observe func(key string) func()
