@@ -85,3 +85,58 @@ func TestTheJobResultFinalizerOnlyWhereJobGCReleasesIt(t *testing.T) {
 		}
 	})
 }
+
+// TestTheSeedsValuePathsWorkInEveryChart (#32 item 4): each service chart takes the seeds' side
+// overlay as the agentplane chart does (controllers.env.vars in the controller-side charts,
+// controlPlane.env.vars in watch-gateway's), over env.vars, and each such variable reaches the
+// container; the seeds' values agentplane cannot honour are refused, by the service charts and by
+// the agentplane chart, with why: grpc.enabled=false, JANGAR_PRIMITIVES_NAMESPACES,
+// orchestrationController.enabled=false or .namespaces, supportingController.enabled=true. Their
+// harmless forms (grpc.enabled=true, orchestrationController.enabled=true,
+// supportingController.enabled=false) are accepted.
+func TestTheSeedsValuePathsWorkInEveryChart(t *testing.T) {
+	h := newHelmEnv(t)
+	redis := []string{"--set", "redis.url=redis://redis:6379/0"}
+	for _, sc := range serviceCharts {
+		side := "controllers"
+		if sc.name == "watch-gateway" {
+			side = "controlPlane"
+		}
+		redis := redis
+		if sc.name != "event-emitter" && sc.name != "watch-gateway" {
+			redis = nil
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			objs := h.template(t, sc.name, append(redis, "--set", "env.vars.JANGAR_SEED_A=base", "--set", "env.vars.JANGAR_SEED_B=base",
+				"--set", side+".env.vars.JANGAR_SEED_B=side", "--set", side+".env.vars.JANGAR_SHUTDOWN_TIMEOUT=7s", "--set", "grpc.enabled=true")...)
+			for name, want := range map[string]string{"JANGAR_SEED_A": "base", "JANGAR_SEED_B": "side", "JANGAR_SHUTDOWN_TIMEOUT": "7s"} {
+				if got, _ := envOf(t, objs, name); got != want {
+					t.Errorf("%s=%q, want %q (%s.env.vars over env.vars)", name, got, want, side)
+				}
+			}
+			wantRefused(t, h, sc.name, "agentplane's services always serve gRPC", append(redis, "--set", "grpc.enabled=false")...)
+			wantRefused(t, h, sc.name, "supporting-primitives controller", append(redis, "--set", side+".env.vars.JANGAR_PRIMITIVES_NAMESPACES=agents")...)
+		})
+	}
+	t.Run("run-controller: the seeds' controller blocks", func(t *testing.T) {
+		h.template(t, "run-controller", "--set", "orchestrationController.enabled=true", "--set", "supportingController.enabled=false")
+		wantRefused(t, h, "run-controller", "reconciled by run-controller itself", "--set", "orchestrationController.enabled=false")
+		wantRefused(t, h, "run-controller", "in controller.namespaces; set that instead", "--set", "orchestrationController.namespaces={agents}")
+		wantRefused(t, h, "run-controller", "no supporting-primitives controller", "--set", "supportingController.enabled=true")
+	})
+	t.Run("the agentplane chart", func(t *testing.T) {
+		umbrellaObjects(t, h, "agentplane", append(redis, "--set", "grpc.enabled=true", "--set", "orchestrationController.enabled=true",
+			"--set", "supportingController.enabled=false")...)
+		for flags, why := range map[string]string{
+			"grpc.enabled=false":                                       "always serve gRPC",
+			"orchestrationController.enabled=false":                    "reconciled by run-controller itself",
+			"supportingController.enabled=true":                        "no supporting-primitives controller",
+			"controllers.env.vars.JANGAR_PRIMITIVES_NAMESPACES=agents": "supporting-primitives controller",
+		} {
+			args := append([]string{"template", "agentplane", "charts/agentplane", "--namespace", chartNamespace, "--kube-version", renderKubeVersion, "--set", flags}, redis...)
+			if _, stderr, err := h.run(args...); err == nil || !strings.Contains(stderr, why) {
+				t.Errorf("--set %s: %v, want a refusal saying %q:\n%s", flags, err, why, stderr)
+			}
+		}
+	})
+}

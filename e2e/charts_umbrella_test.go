@@ -310,7 +310,7 @@ redis:
 			{"rateLimitPerMin", "event-emitter.events.rateLimitPerMin=0"},
 			{"workers", "run-controller.controller.workers=0"},
 			{"heartbeat", "watch-gateway.heartbeat=0s"},
-			{"/grpc/enabled", "grpc.enabled=false"},
+			{"always serve gRPC", "grpc.enabled=false"}, // the service charts' refusal, with why
 			{"vcsProviders", "controller.vcsProviders.enabled=true"},
 			{"port", "grpc.port=0"},
 			{"noSuchService", "noSuchService.enabled=true"},

@@ -99,13 +99,14 @@ contexts: (dict "root" $ "out" DICT) fills DICT with, for each enabled service, 
 {{- end }}
 {{- /* 2. the seeds' top-level values, where this chart has the same value */}}
 {{- $top := dict }}
-{{- range $k := list "controller" "grpc" "rbac" "image" "imagePullSecrets" "logLevel" "logFormat" "otel" "redis" }}
+{{- range $k := list "controller" "grpc" "rbac" "image" "imagePullSecrets" "logLevel" "logFormat" "otel" "redis" "orchestrationController" "supportingController" }}
 {{- if and (hasKey $V $k) (hasKey $vals $k) }}
 {{- $v := index $V $k }}
 {{- if and (kindIs "map" $v) (kindIs "map" (index $vals $k)) }}
 {{- $picked := dict }}
 {{- range $sk, $sv := $v }}
-{{- if hasKey (index $vals $k) $sk }}{{ $_ := set $picked $sk $sv }}{{ end }}
+{{- /* the seeds' keys a chart refuses with a message reach it whole (grpc.enabled, ...) */}}
+{{- if or (hasKey (index $vals $k) $sk) (has $k (list "grpc" "orchestrationController" "supportingController")) }}{{ $_ := set $picked $sk $sv }}{{ end }}
 {{- end }}
 {{- $_ := set $top $k $picked }}
 {{- else }}

@@ -86,10 +86,17 @@ namespace. Use with fromJsonArray.
 {{/*
 The container's environment as a YAML list: status-writer.env (each chart's _helpers.tpl), each variable
 replaced by env.vars.<NAME> when that is set (the seeds: "unless overridden via env.vars"), then
-the other env.vars.
+the other env.vars. The seeds' side overlay wins over env.vars: controllers.env.vars in the
+controller-side charts, controlPlane.env.vars in watch-gateway's (whichever the chart has).
+The seeds' values that cannot apply are refused here, saying why (status-writer.seedChecks).
 */}}
 {{- define "status-writer.containerEnv" -}}
-{{- $vars := .Values.env.vars | default dict }}
+{{- $vars := deepCopy (.Values.env.vars | default dict) }}
+{{- $side := dict }}
+{{- with .Values.controllers }}{{ $side = dig "env" "vars" dict . | default dict }}{{ end }}
+{{- with .Values.controlPlane }}{{ $side = dig "env" "vars" dict . | default dict }}{{ end }}
+{{- $vars = mergeOverwrite $vars (deepCopy $side) }}
+{{- include "status-writer.seedChecks" (dict "Values" .Values "vars" $vars) }}
 {{- $env := list }}
 {{- $managed := dict }}
 {{- range include "status-writer.env" . | fromYamlArray }}
@@ -147,6 +154,35 @@ agentplane.dev/tls-server-name: {{ printf "%s.%s.svc" (include "status-writer.fu
 {{- with include "status-writer.caConfigMap" . }}
 agentplane.dev/tls-ca-configmap: {{ . | quote }}
 agentplane.dev/tls-ca-key: {{ dig "caConfigMap" "key" "ca.crt" ($.Values.tls | default dict) | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The seeds' values that agentplane cannot honour, refused with why: grpc.enabled=false (every
+service serves gRPC), JANGAR_PRIMITIVES_NAMESPACES (the seeds' supporting-primitives controller,
+which agentplane does not have), orchestrationController.* and supportingController.* (where the
+chart has them).
+*/}}
+{{- define "status-writer.seedChecks" -}}
+{{- $v := .Values }}
+{{- if and (kindIs "map" $v.grpc) (hasKey $v.grpc "enabled") (not $v.grpc.enabled) }}
+{{- fail "status-writer: grpc.enabled=false cannot apply: agentplane's services always serve gRPC (the controllers write status and events to status-writer and event-emitter over it, and every service answers grpc.health.v1 on it); leave it unset or true" }}
+{{- end }}
+{{- if hasKey .vars "JANGAR_PRIMITIVES_NAMESPACES" }}
+{{- fail "status-writer: JANGAR_PRIMITIVES_NAMESPACES does not apply: it places the seeds' supporting-primitives controller, which agentplane does not have; controller.namespaces (JANGAR_AGENTS_CONTROLLER_NAMESPACES) is where every service acts" }}
+{{- end }}
+{{- with $v.orchestrationController }}
+{{- if and (hasKey . "enabled") (not .enabled) }}
+{{- fail "status-writer: orchestrationController.enabled=false cannot apply: OrchestrationRuns are reconciled by run-controller itself (there is no separate orchestration controller to turn off); to run none, create none, or refuse them with RBAC" }}
+{{- end }}
+{{- if .namespaces }}
+{{- fail "status-writer: orchestrationController.namespaces does not apply: run-controller reconciles OrchestrationRuns where it reconciles AgentRuns, in controller.namespaces; set that instead" }}
+{{- end }}
+{{- end }}
+{{- with $v.supportingController }}
+{{- if or .enabled .namespaces }}
+{{- fail "status-writer: supportingController.* does not apply: agentplane has no supporting-primitives controller (the seeds' Memory, ImplementationSource and similar kinds are not served); leave it unset or enabled=false" }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -28,7 +28,8 @@ import (
 var services = []string{"status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
 
 // shared are the top-level values the umbrella hands to every chart that has the same value.
-var shared = []string{"controller", "grpc", "rbac", "imagePullSecrets", "logLevel", "logFormat", "otel", "redis"}
+var shared = []string{"controller", "grpc", "rbac", "imagePullSecrets", "logLevel", "logFormat", "otel", "redis",
+	"orchestrationController", "supportingController"}
 
 type schema = map[string]any
 
@@ -111,12 +112,6 @@ func build(load func(svc string) (schema, error)) (schema, error) {
 			return nil, fmt.Errorf("no chart has %q in its schema", k)
 		}
 		u = dropRequired(u).(schema)
-		if k == "grpc" {
-			// The seeds' grpc.enabled: agentplane's services always serve gRPC, so only true is
-			// accepted (a seeds' values file sets it), and it changes nothing.
-			u["properties"].(schema)["enabled"] = schema{"enum": []any{true},
-				"description": "the seeds' grpc.enabled; agentplane's services always serve gRPC, so it can only be true"}
-		}
 		u["description"] = "applies to every chart that has " + k + " (see README), unless that chart's own block sets it"
 		props[k] = u
 	}
