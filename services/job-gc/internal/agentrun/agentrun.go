@@ -1,7 +1,9 @@
 // Package agentrun is job-gc's reconciler of AgentRuns: retention and missing Jobs (seed 002).
 //
 //   - Retention: a finished AgentRun is deleted, with its Jobs, spec.ttlSecondsAfterFinished (or
-//     Retention) after finishedAt. Runs owned by an OrchestrationRun go with it instead.
+//     Retention) after finishedAt. Runs owned by an OrchestrationRun go with it instead, unless
+//     it is gone (an orphan, left by a deletion without a garbage collector or by an earlier
+//     version): then their own retention applies.
 //   - Missing Jobs: a non-terminal run whose recorded Job is gone, or is being deleted before it
 //     finished, (confirmed by a live GET) gets JobMissing=True, a WorkflowJobMissing Warning and
 //     a count; still missing after MissingGrace, the run fails with reason WorkflowJobMissing.
@@ -46,9 +48,9 @@ const CondJobMissing = reasons.CondJobMissing
 // missing their Job. Its fields are set once, before the controller runs; the informer maps may
 // be filled until then.
 type Reconciler struct {
-	// Jobs and Runs are the informers of run-controller's Jobs (indexed by job.ByRun) and of
-	// AgentRuns, by namespace.
-	Jobs, Runs map[string]cache.SharedIndexInformer
+	// Jobs, Runs and OrchRuns are the informers of run-controller's Jobs (indexed by job.ByRun),
+	// of AgentRuns and of OrchestrationRuns, by namespace.
+	Jobs, Runs, OrchRuns map[string]cache.SharedIndexInformer
 	// Client is the generated clientset of the agentplane API groups.
 	Client versioned.Interface
 	// Kube reads and deletes Jobs.
@@ -89,21 +91,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	return r.checkJobs(ctx, key, ar)
 }
 
-// ownedByOrchestration reports whether an OrchestrationRun owns the run (its retention is the
-// OrchestrationRun's: the run is deleted with it).
-func ownedByOrchestration(ar *agentsv1alpha1.AgentRun) bool {
-	for _, r := range ar.OwnerReferences {
-		if r.Kind == "OrchestrationRun" {
-			return true
+// ownedByOrchestration reports whether an OrchestrationRun that still exists owns the run (its
+// retention is the OrchestrationRun's: the run is deleted with it). A step run whose
+// OrchestrationRun is gone (or was replaced: another UID) is an orphan, kept by its own retention:
+// the cache's absence is confirmed with a live GET.
+func (r *Reconciler) ownedByOrchestration(ctx context.Context, ar *agentsv1alpha1.AgentRun) (bool, error) {
+	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
+	if ref == nil {
+		return false, nil
+	}
+	if inf := r.OrchRuns[ar.Namespace]; inf != nil {
+		if o, ok, _ := inf.GetStore().GetByKey(ar.Namespace + "/" + ref.Name); ok && o.(metav1.Object).GetUID() == ref.UID {
+			return true, nil
 		}
 	}
-	return false
+	live, err := r.Client.OrchestrationV1alpha1().OrchestrationRuns(ar.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get OrchestrationRun %s/%s, the owner of AgentRun %s: %w", ar.Namespace, ref.Name, ar.Name, err)
+	}
+	return live.UID == ref.UID, nil
 }
 
 // retain deletes a finished run, and its Jobs, once its retention has passed.
 func (r *Reconciler) retain(ctx context.Context, key string, ar *agentsv1alpha1.AgentRun) error {
-	if ar.Status.FinishedAt == nil || ownedByOrchestration(ar) {
+	if ar.Status.FinishedAt == nil {
 		return nil
+	}
+	if owned, err := r.ownedByOrchestration(ctx, ar); owned || err != nil {
+		return err
 	}
 	ttl := r.Retention
 	if t := ar.Spec.TTLSecondsAfterFinished; t != nil {

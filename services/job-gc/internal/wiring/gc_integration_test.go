@@ -17,10 +17,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/reasons"
@@ -266,14 +268,30 @@ func TestAFinishedRunIsDeletedWithItsJobsAfterItsRetention(t *testing.T) {
 	f := start(t, defaults()) // retention 1h
 	short := f.run("short", func(ar *agentsv1alpha1.AgentRun) { ar.Spec.TTLSecondsAfterFinished = ptr.To[int32](2) })
 	keep := f.run("keep", nil)
-	child := f.run("child", func(ar *agentsv1alpha1.AgentRun) {
-		ar.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
-		ar.OwnerReferences = []metav1.OwnerReference{{APIVersion: "orchestration.proompteng.ai/v1alpha1", Kind: "OrchestrationRun",
-			Name: "or", UID: "11111111-1111-1111-1111-111111111111", Controller: ptr.To(true)}}
-	})
+	// A step run of a running OrchestrationRun goes with it, whatever its own ttl; a step run
+	// whose OrchestrationRun is gone (an orphan an earlier version left forever, #32 item 8)
+	// goes by its own.
+	orc, err := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	or := &orchv1alpha1.OrchestrationRun{TypeMeta: metav1.TypeMeta{APIVersion: orchv1alpha1.GroupVersion.String(), Kind: "OrchestrationRun"},
+		ObjectMeta: metav1.ObjectMeta{Name: "or", Namespace: f.ns}, Spec: orchv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchv1alpha1.NameRef{Name: "o"}}}
+	if err := orc.Post().Namespace(f.ns).Resource("orchestrationruns").Body(or).Do(context.Background()).Into(or); err != nil {
+		t.Fatal(err)
+	}
+	stepOf := func(name string, uid types.UID) *agentsv1alpha1.AgentRun {
+		return f.run(name, func(ar *agentsv1alpha1.AgentRun) {
+			ar.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
+			ar.OwnerReferences = []metav1.OwnerReference{{APIVersion: "orchestration.proompteng.ai/v1alpha1", Kind: "OrchestrationRun",
+				Name: "or", UID: uid, Controller: ptr.To(true)}}
+		})
+	}
+	child := stepOf("child", or.UID)
+	orphan := stepOf("orphan", "11111111-1111-1111-1111-111111111111") // its OrchestrationRun (that UID) is gone
 	f.job("short-job", short, nil)
 	f.job("keep-job", keep, nil)
-	for _, ar := range []*agentsv1alpha1.AgentRun{short, keep, child} {
+	for _, ar := range []*agentsv1alpha1.AgentRun{short, keep, child, orphan} {
 		f.setStatus(ar, finished("Succeeded"))
 	}
 	// The API server keeps finishedAt to the second; the retention runs from the stored value.
@@ -295,8 +313,14 @@ func TestAFinishedRunIsDeletedWithItsJobsAfterItsRetention(t *testing.T) {
 	if err := f.jobGone("keep-job"); err == nil {
 		t.Error("the kept run's Job was deleted")
 	}
-	if got := f.metric("agentplane_job_gc_deletions_total", "kind", "AgentRun"); got != 1 {
-		t.Errorf("AgentRun deletions = %v, want 1", got)
+	testenv.Eventually(t, 30*time.Second, "the orphaned step run deleted by its own retention", func() error {
+		if _, err := f.getRun("orphan"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("orphan still there (%v)", err)
+		}
+		return nil
+	})
+	if got := f.metric("agentplane_job_gc_deletions_total", "kind", "AgentRun"); got != 2 {
+		t.Errorf("AgentRun deletions = %v, want 2 (short and the orphan)", got)
 	}
 	if got := f.metric("agentplane_job_gc_agentrun_retention_seconds"); got != 3600 {
 		t.Errorf("retention gauge = %v, want 3600", got)

@@ -91,7 +91,7 @@ func New(cfg Config, d Deps) (*GC, error) {
 	}, []string{"namespace"})
 	g.job = &job.Reconciler{Jobs: g.jobs, Runs: g.runs, Client: client, Kube: d.Kube, Events: d.Events, Now: d.Now,
 		HoldWarning: cfg.HoldWarning, Released: released}
-	g.run = &agentrun.Reconciler{Jobs: g.jobs, Runs: g.runs, Client: client, Kube: d.Kube, Status: d.Status, Events: d.Events, Now: d.Now,
+	g.run = &agentrun.Reconciler{Jobs: g.jobs, Runs: g.runs, OrchRuns: g.orchRuns, Client: client, Kube: d.Kube, Status: d.Status, Events: d.Events, Now: d.Now,
 		Retention: cfg.Retention, MissingGrace: cfg.MissingGrace, Deletions: deletions, Missing: missing, Failed: failed}
 	g.orch = &orchestrationrun.Reconciler{OrchRuns: g.orchRuns, Runs: g.runs, Jobs: g.jobs, Client: client, Kube: d.Kube, Now: d.Now,
 		Retention: cfg.OrchRetention, Deletions: deletions}
@@ -158,8 +158,14 @@ func (g *GC) Run(ctx context.Context) error {
 			}
 		}))
 		g.ctl.Watch(g.orchRuns[ns], controller.Handler(func(or *orchv1alpha1.OrchestrationRun, deleted bool) {
+			key := or.Namespace + "/" + or.Name
 			if !deleted {
-				g.orchQ.Add(or.Namespace + "/" + or.Name)
+				g.orchQ.Add(key)
+				return
+			}
+			// Its step runs, if any outlived it, are orphans now: their own retention applies.
+			for _, ar := range controller.ByIndex[*agentsv1alpha1.AgentRun](g.runs[or.Namespace], orchestrationrun.ByOrchestrationRun, key) {
+				g.runQ.Add(ar.Namespace + "/" + ar.Name)
 			}
 		}))
 	}
