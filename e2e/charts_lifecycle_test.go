@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -22,6 +23,23 @@ func TestTheJobResultFinalizerOnlyWhereJobGCReleasesIt(t *testing.T) {
 		for _, v := range []string{"true", "false"} {
 			if got, _ := envOf(t, h.template(t, "run-controller", "--set", "controller.jobResultFinalizer="+v), name); got != v {
 				t.Errorf("controller.jobResultFinalizer=%s: %s=%q", v, name, got)
+			}
+			// Without job-gc, run-controller releases holds an earlier install left (#32 item 8):
+			// it may patch Jobs then, and only then.
+			patch := false
+			for _, o := range objects(t, h, "run-controller", "--set", "controller.jobResultFinalizer="+v) {
+				if o["kind"] != "Role" {
+					continue
+				}
+				for _, r := range at(o, "rules").([]any) {
+					rule := r.(map[string]any)
+					if fmt.Sprint(rule["resources"]) == "[jobs]" && strings.Contains(fmt.Sprint(rule["verbs"]), "patch") {
+						patch = true
+					}
+				}
+			}
+			if patch != (v == "false") {
+				t.Errorf("controller.jobResultFinalizer=%s: run-controller may patch Jobs: %v", v, patch)
 			}
 		}
 	})

@@ -150,10 +150,12 @@ with rbac.clusterScoped).
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrationruns/finalizers"]
   verbs: ["update"]
-# Run each AgentRun as Jobs (get: to confirm one that already exists is ours).
+# Run each AgentRun as Jobs (get: to confirm one that already exists is ours). Without job-gc
+# (controller.jobResultFinalizer=false), patch too: run-controller then releases the job-result
+# holds an earlier install left on the Jobs of finished or deleted runs (nothing else would).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: {{ ternary (list "get" "list" "watch" "create") (list "get" "list" "watch" "create" "patch") (eq (toString .Values.controller.jobResultFinalizer) "true") | toJson }}
 # See when a run's pod runs.
 - apiGroups: [""]
   resources: ["pods"]

@@ -73,7 +73,15 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 	if !ok {
 		c.limits.release(core.NsKey(ns, name))
 		c.ForgetWarnings(core.NsKey(ns, name))
+		if !c.Cfg.JobFinalizer {
+			return core.Result{}, c.releaseHolds(ctx, ns, name, "")
+		}
 		return core.Result{}, nil
+	}
+	if !c.Cfg.JobFinalizer && (ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase)) {
+		if err := c.releaseHolds(ctx, ns, name, ar.UID); err != nil {
+			return core.Result{}, err
+		}
 	}
 	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.CancelInEffect() {
 		// A cancelled run is cancel-propagator's: nothing more starts for it.
