@@ -370,8 +370,8 @@ up: ## Start etcd, kube-apiserver, controller-manager, scheduler, kwok, Redis, e
 	  echo ">> start: $$((SECONDS - t)) s; make up in all: $$((SECONDS - t0)) s"
 
 .PHONY: down
-down: ## Stop everything `make up` started.
-	@LOCAL_DIR=$(LOCAL_DIR) hack/local/down.sh
+down: ## Stop everything `make up` started (ONLY="name ..." stops only those components; `make up` starts them again).
+	@LOCAL_DIR=$(LOCAL_DIR) hack/local/down.sh $(ONLY)
 
 .PHONY: status
 status: ## Show what `make up` is running.

@@ -503,6 +503,13 @@ func TestLocalControlPlane(t *testing.T) {
 		if err != nil || !strings.Contains(out, `"type":"snapshot"`) || !strings.Contains(out, `"component":"crds","namespace":"agents","status":"healthy"`) {
 			t.Fatalf("agentctl status (kube): %v\n%s", err, out)
 		}
+		// Redis and gRPC run; kube mode does not observe them and says so (#32 item 9), rather
+		// than "redis not configured" or "gRPC not enabled".
+		for _, c := range []string{"database", "grpc"} {
+			if !strings.Contains(out, `"component":"`+c+`","namespace":"agents","status":"unknown","message":"not observed by agentctl's kube mode`) {
+				t.Errorf("agentctl status (kube) on %s:\n%s", c, out)
+			}
+		}
 		out, err = run(ctx, t, nil, agentctl, "status", "watch", "--gateway", fmt.Sprintf("127.0.0.1:%d", 50051+offset), "--heartbeat", "1s", "--timeout", "3s")
 		if err != nil || !strings.Contains(out, "---\nHEARTBEAT ") {
 			t.Fatalf("agentctl status watch: %v\n%s", err, out)

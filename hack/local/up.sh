@@ -283,9 +283,20 @@ fi
 # service's default, off with JANGAR_ORCHESTRATION_CANCEL_ENABLED=false (then every new cancel is
 # refused, saying cancel is disabled).
 case $(echo "${JANGAR_ORCHESTRATION_CANCEL_ENABLED:-true}" | tr '[:upper:]' '[:lower:]') in
-  1 | true | yes | on) "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null ;;
-  *) "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null ;;
+  1 | true | yes | on)
+    "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null
+    want_switch=yes ;;
+  *)
+    "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null
+    want_switch=no ;;
 esac
+# In force once the API server's authorizer (what the policy asks) sees it: RBAC reaches it
+# within a second or so; make up returns only then.
+switch_in_force() {
+  [ "$("${KUBECTL[@]}" auth can-i cancel agentruns.agents.proompteng.ai -n "$NAMESPACE" \
+    --as system:serviceaccount:agentplane:cancel-switch 2>/dev/null)" = "$want_switch" ]
+}
+wait_for kube-apiserver 30 switch_in_force
 
 # Service-to-service authentication, as in a cluster: status-writer and event-emitter accept
 # only the controllers' ServiceAccounts, each presenting a token the API server issued for the

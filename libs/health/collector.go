@@ -57,6 +57,10 @@ type CollectorOptions struct {
 	APIServerInterval time.Duration
 	TemporalAddress   string
 	GRPCAddress       string
+	// Client is set when the collector runs in a client (agentctl's kube mode), not in
+	// watch-gateway: Redis and the gateway's gRPC are the gateway's own, which a client does not
+	// observe, so their items say so instead of "not configured".
+	Client bool
 	// Self is the name of the service running this collector (watch-gateway): it is serving as
 	// long as it reports, so its health is not dialled (its gRPC may demand client
 	// certificates the collector does not hold).
@@ -144,7 +148,7 @@ func NewCollector(kc kubernetes.Interface, dyn dynamic.Interface, hub *Hub, o Co
 	}
 	c := &Collector{o: o, kc: kc, dyn: dyn, hub: hub, deploys: map[string]appsv1.Deployment{}, pods: map[string]podState{}, svc: map[string]*svcHealth{},
 		watched: map[string]context.CancelFunc{}, changed: make(chan struct{}, 1)}
-	c.obs = Observation{Namespace: o.Namespace, RedisAddress: o.RedisAddress, TemporalAddress: o.TemporalAddress, GRPCAddress: o.GRPCAddress}
+	c.obs = Observation{Namespace: o.Namespace, RedisAddress: o.RedisAddress, TemporalAddress: o.TemporalAddress, GRPCAddress: o.GRPCAddress, Client: o.Client}
 	return c
 }
 

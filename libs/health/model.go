@@ -77,6 +77,9 @@ type Observation struct {
 	RedisErr     error
 	// GRPCAddress is where the reporting gateway serves gRPC (empty: not serving).
 	GRPCAddress string
+	// Client: computed by a client (agentctl's kube mode), which observes neither the gateway's
+	// Redis nor its gRPC.
+	Client bool
 }
 
 // Service is one agentplane service, discovered by its Deployment's part-of label, so a new
@@ -149,7 +152,10 @@ func Compute(o Observation) []Item {
 	unsupported := "not supported: run-controller runs the job and workflow runtimes; a run of this runtime fails with InvalidSpec"
 	add(RuntimeTemporal, Unknown, unsupported, nil)
 	add(RuntimeCustom, Unknown, unsupported, nil)
+	const fromGateway = "not observed by agentctl's kube mode: watch-gateway reports it (agentctl status --transport grpc)"
 	switch {
+	case o.Client:
+		add(ComponentDatabase, Unknown, fromGateway, nil)
 	case o.RedisAddress == "":
 		add(ComponentDatabase, Unknown, "redis not configured", nil)
 	case o.RedisErr != nil:
@@ -157,9 +163,12 @@ func Compute(o Observation) []Item {
 	default:
 		add(ComponentDatabase, Healthy, "", nil)
 	}
-	if o.GRPCAddress != "" {
+	switch {
+	case o.Client:
+		add(ComponentGRPC, Unknown, fromGateway, nil)
+	case o.GRPCAddress != "":
 		add(ComponentGRPC, Healthy, o.GRPCAddress, nil)
-	} else {
+	default:
 		add(ComponentGRPC, Unknown, "gRPC not enabled", nil)
 	}
 	return items

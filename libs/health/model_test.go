@@ -77,6 +77,9 @@ func TestCompute(t *testing.T) {
 		{"workflow without Argo", func(o *Observation) { o.WorkflowCRD = no() }, RuntimeWorkflow, Healthy, "one batch/v1 Job per step"},
 		{"workflow without Jobs", func(o *Observation) { o.JobAPI = no() }, RuntimeWorkflow, Error, "not served"},
 		{"grpc", func(*Observation) {}, ComponentGRPC, Healthy, "127.0.0.1:50051"},
+		// agentctl's kube mode observes neither; it says so rather than "not configured" (#32 item 9).
+		{"a client's redis", func(o *Observation) { o.Client = true }, ComponentDatabase, Unknown, "watch-gateway reports it"},
+		{"a client's grpc", func(o *Observation) { o.Client = true }, ComponentGRPC, Unknown, "agentctl status --transport grpc"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

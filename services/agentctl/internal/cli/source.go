@@ -120,7 +120,7 @@ type kubeSource struct {
 func newKubeSource(kc kubernetes.Interface, dyn dynamic.Interface, namespace string, dial func(context.Context, string) (string, grpcx.ClientOptions, func(), error)) *kubeSource {
 	hub := health.NewHub(1024, 256)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: namespace, Debounce: 300 * time.Millisecond, Dial: dial})
+	c := health.NewCollector(kc, dyn, hub, health.CollectorOptions{Namespace: namespace, Debounce: 300 * time.Millisecond, Dial: dial, Client: true})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	return &kubeSource{hub: hub, collector: c, cancel: cancel, done: done}
