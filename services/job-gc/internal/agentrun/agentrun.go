@@ -123,11 +123,8 @@ func (r *Reconciler) retain(ctx context.Context, key string, ar *agentsv1alpha1.
 	if owned, err := r.ownedByOrchestration(ctx, ar); owned || err != nil {
 		return err
 	}
-	ttl := r.Retention
-	if t := ar.Spec.TTLSecondsAfterFinished; t != nil {
-		ttl = time.Duration(*t) * time.Second
-	}
-	if wait := ar.Status.FinishedAt.Add(ttl).Sub(r.Now()); wait > 0 {
+	ttl, wait := job.Retention(ar.Status.FinishedAt.Time, ar.Spec.TTLSecondsAfterFinished, r.Retention, r.Now())
+	if wait > 0 {
 		r.Queue.AddAfter(key, wait)
 		return nil
 	}

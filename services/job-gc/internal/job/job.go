@@ -246,3 +246,13 @@ func (r *Reconciler) Holds() HoldStats {
 	}
 	return s
 }
+
+// Retention is how long a finished run is kept: its spec.ttlSecondsAfterFinished when set, else
+// def; and how long from now until that has passed after finishedAt (0 or less: delete it now).
+func Retention(finishedAt time.Time, ttlSeconds *int32, def time.Duration, now time.Time) (ttl, wait time.Duration) {
+	ttl = def
+	if ttlSeconds != nil {
+		ttl = time.Duration(*ttlSeconds) * time.Second
+	}
+	return ttl, finishedAt.Add(ttl).Sub(now)
+}

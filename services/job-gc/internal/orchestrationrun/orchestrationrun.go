@@ -65,11 +65,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if or.DeletionTimestamp != nil || or.Status.FinishedAt == nil {
 		return nil
 	}
-	ttl := r.Retention
-	if t := or.Spec.TTLSecondsAfterFinished; t != nil {
-		ttl = time.Duration(*t) * time.Second
-	}
-	if wait := or.Status.FinishedAt.Add(ttl).Sub(r.Now()); wait > 0 {
+	ttl, wait := job.Retention(or.Status.FinishedAt.Time, or.Spec.TTLSecondsAfterFinished, r.Retention, r.Now())
+	if wait > 0 {
 		r.Queue.AddAfter(key, wait)
 		return nil
 	}
