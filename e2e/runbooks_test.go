@@ -67,7 +67,7 @@ func TestRunbooksOnTheLocalStack(t *testing.T) {
 	newRun := func(t *testing.T) string {
 		n++
 		name := fmt.Sprintf("runbook-%d", n)
-		manifest := filepath.Join(t.TempDir(), "run.yaml")
+		manifest := filepath.Join(dir, name+".json") // not the subtest's TempDir: kubectl -f splits a path at its commas
 		if err := os.WriteFile(manifest, []byte(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"`+name+
 			`","annotations":{"agentplane.dev/simulate-duration":"600s"}},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`), 0o600); err != nil {
 			t.Fatal(err)
