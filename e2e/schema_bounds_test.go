@@ -122,8 +122,8 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 		bin := binPath(t, chart)
 		for _, b := range schemaBoundaries(t, root, chart) {
 			t.Run(chart+"/"+b.String(), func(t *testing.T) {
-				flags := []string{"template", chart, filepath.Join("charts", chart), "--namespace", "bounds", "--kube-version", renderKubeVersion,
-					"--show-only", "templates/deployment.yaml", "--set-json", b.String()}
+				flags := append(append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", "bounds", "--kube-version", renderKubeVersion,
+					"--show-only", "templates/deployment.yaml"}, operatorChoices[chart]...), "--set-json", b.String())
 				// Ports other than the one under test are free ones, so that the binary can bind them,
 				// and distinct: the kernel may hand the same free port out twice in a row (CI once
 				// gave metrics and http both 45115).
