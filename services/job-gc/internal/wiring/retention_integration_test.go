@@ -26,7 +26,6 @@ import (
 func TestFinishedOrchestrationRunsGoWithTheirStepsAfterTheirRetention(t *testing.T) {
 	const n = 200
 	f := start(t, defaults()) // retentions 1h
-	ctx := context.Background()
 	orc, err := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +38,7 @@ func TestFinishedOrchestrationRunsGoWithTheirStepsAfterTheirRetention(t *testing
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
 			Spec:       orchv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchv1alpha1.NameRef{Name: "o"}, TTLSecondsAfterFinished: ttl},
 		}
-		if err := orc.Post().Namespace(f.ns).Resource("orchestrationruns").Body(or).Do(ctx).Into(or); err != nil {
+		if err := orc.Post().Namespace(f.ns).Resource("orchestrationruns").Body(or).Do(context.Background()).Into(or); err != nil {
 			t.Error(err)
 			return time.Time{}
 		}
@@ -55,7 +54,7 @@ func TestFinishedOrchestrationRunsGoWithTheirStepsAfterTheirRetention(t *testing
 		}
 		now := metav1.Now()
 		or.Status = orchv1alpha1.OrchestrationRunStatus{Phase: "Succeeded", FinishedAt: &now, ObservedGeneration: or.Generation}
-		if err := orc.Put().Namespace(f.ns).Resource("orchestrationruns").Name(name).SubResource("status").Body(or).Do(ctx).Into(or); err != nil {
+		if err := orc.Put().Namespace(f.ns).Resource("orchestrationruns").Name(name).SubResource("status").Body(or).Do(context.Background()).Into(or); err != nil {
 			t.Error(err)
 		}
 		return or.Status.FinishedAt.Time // the API server keeps it to the second
@@ -79,7 +78,7 @@ func TestFinishedOrchestrationRunsGoWithTheirStepsAfterTheirRetention(t *testing
 	testenv.Eventually(t, 90*time.Second, "the 100 short OrchestrationRuns gone with their steps and Jobs", func() error {
 		for i := 0; i < n; i += 2 {
 			name := fmt.Sprintf("or-%03d", i)
-			if err := gone("OrchestrationRun "+name, orc.Get().Namespace(f.ns).Resource("orchestrationruns").Name(name).Do(ctx).Error()); err != nil {
+			if err := gone("OrchestrationRun "+name, orc.Get().Namespace(f.ns).Resource("orchestrationruns").Name(name).Do(context.Background()).Error()); err != nil {
 				return err
 			}
 			for _, s := range []string{"a", "b"} {
@@ -100,7 +99,7 @@ func TestFinishedOrchestrationRunsGoWithTheirStepsAfterTheirRetention(t *testing
 		}
 	}
 	for _, name := range []string{"or-001", "or-101", "or-199", "running"} {
-		if err := orc.Get().Namespace(f.ns).Resource("orchestrationruns").Name(name).Do(ctx).Error(); err != nil {
+		if err := orc.Get().Namespace(f.ns).Resource("orchestrationruns").Name(name).Do(context.Background()).Error(); err != nil {
 			t.Errorf("OrchestrationRun %s, within its retention or unfinished, was deleted: %v", name, err)
 		}
 		for _, s := range []string{"a", "b"} {

@@ -26,7 +26,6 @@ import (
 func TestHoldsNobodyReleasesAreReleasedWhenJobGCIsNotInstalled(t *testing.T) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
-	ctx := context.Background()
 	var done, running string
 	t.Run("today's behaviour leaves a Job Terminating", func(t *testing.T) {
 		startController(t, ns, nil) // JobFinalizer on; stopped when this subtest ends
@@ -40,10 +39,10 @@ func TestHoldsNobodyReleasesAreReleasedWhenJobGCIsNotInstalled(t *testing.T) {
 		r := waitJob(t, ns, agentrun.JobName(waitPhase(t, ns, "running", agentsv1alpha1.PhasePending, 20*time.Second), "", 1))
 		running = r.Name
 		for _, name := range []string{done, running} {
-			if err := kc.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+			if err := kc.BatchV1().Jobs(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := kc.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+			got, err := kc.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
 			if err != nil || got.DeletionTimestamp == nil || len(got.Finalizers) == 0 {
 				t.Fatalf("Job %s after its deletion: %v %+v, want it Terminating, held", name, err, got.ObjectMeta)
 			}
@@ -54,13 +53,13 @@ func TestHoldsNobodyReleasesAreReleasedWhenJobGCIsNotInstalled(t *testing.T) {
 	}
 	c := startController(t, ns, func(cfg *core.Config) { cfg.JobFinalizer = false })
 	testenv.Eventually(t, 30*time.Second, "the finished run's held Job released and gone", func() error {
-		if _, err := kc.BatchV1().Jobs(ns).Get(ctx, done, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := kc.BatchV1().Jobs(ns).Get(context.Background(), done, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("Job %s still there (%v)", done, err)
 		}
 		return nil
 	})
 	settle(t, c, "AgentRun", ns, "running")
-	if got, err := kc.BatchV1().Jobs(ns).Get(ctx, running, metav1.GetOptions{}); err != nil || len(got.Finalizers) == 0 {
+	if got, err := kc.BatchV1().Jobs(ns).Get(context.Background(), running, metav1.GetOptions{}); err != nil || len(got.Finalizers) == 0 {
 		t.Errorf("the running run's Job lost its hold before its outcome was recorded: %v %+v", err, got)
 	}
 }

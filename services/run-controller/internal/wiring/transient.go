@@ -36,7 +36,7 @@ func (c *Controller) transient(kind string, reconcile scaffold.Reconciler) scaff
 				obj, conds, phase = ar, ar.Status.Conditions, ar.Status.Phase
 			}
 		case "OrchestrationRun":
-			if or, ok := c.Core.OrchRun(ns, name); ok {
+			if or, ok := c.OrchRun(ns, name); ok {
 				obj, conds, phase = or, or.Status.Conditions, or.Status.Phase
 			}
 		}
