@@ -562,6 +562,13 @@ spec:
 				!strings.Contains(out, `"component":"event-emitter","namespace":"agents","status":"degraded","message":"health stream unreachable"`) {
 				return errorf("%s", out)
 			}
+			// The gateway's gRPC as its health says (#32 item 9); Redis unseen, event-emitter
+			// being unreachable.
+			gateway := strings.Contains(out, `"component":"watch-gateway","namespace":"agents","status":"healthy"`)
+			if grpc := strings.Contains(out, `"component":"grpc","namespace":"agents","status":"healthy"`); grpc != gateway ||
+				!strings.Contains(out, `"component":"database","namespace":"agents","status":"unknown","message":"not observed by agentctl's kube mode`) {
+				return errorf("grpc healthy %v, watch-gateway healthy %v, or database not unknown:\n%s", grpc, gateway, out)
+			}
 			return nil
 		})
 		// grpc mode without --gateway: the gateway found through its Service and port-forwarded to.

@@ -153,7 +153,26 @@ func Compute(o Observation) []Item {
 	add(RuntimeTemporal, Unknown, unsupported, nil)
 	add(RuntimeCustom, Unknown, unsupported, nil)
 	const fromGateway = "not observed by agentctl's kube mode: watch-gateway reports it (agentctl status --transport grpc)"
+	// A client sees Redis through event-emitter's Redis health check, and the gateway's gRPC
+	// through the gateway's own health, when it reaches them.
+	var emitterRedis, gatewayHealth string
+	for _, s := range o.Services {
+		switch s.Name {
+		case "event-emitter":
+			for name, st := range s.Subsystems {
+				if strings.HasSuffix(name, "/redis") {
+					emitterRedis = st
+				}
+			}
+		case "watch-gateway":
+			gatewayHealth = s.Health
+		}
+	}
 	switch {
+	case o.Client && emitterRedis == "SERVING":
+		add(ComponentDatabase, Healthy, "as event-emitter's Redis check reports", nil)
+	case o.Client && emitterRedis != "":
+		add(ComponentDatabase, Degraded, "event-emitter's Redis check reports "+emitterRedis, nil)
 	case o.Client:
 		add(ComponentDatabase, Unknown, fromGateway, nil)
 	case o.RedisAddress == "":
@@ -164,6 +183,8 @@ func Compute(o Observation) []Item {
 		add(ComponentDatabase, Healthy, "", nil)
 	}
 	switch {
+	case o.Client && gatewayHealth == "SERVING":
+		add(ComponentGRPC, Healthy, "watch-gateway serves gRPC (its health answered)", nil)
 	case o.Client:
 		add(ComponentGRPC, Unknown, fromGateway, nil)
 	case o.GRPCAddress != "":

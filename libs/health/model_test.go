@@ -78,8 +78,20 @@ func TestCompute(t *testing.T) {
 		{"workflow without Jobs", func(o *Observation) { o.JobAPI = no() }, RuntimeWorkflow, Error, "not served"},
 		{"grpc", func(*Observation) {}, ComponentGRPC, Healthy, "127.0.0.1:50051"},
 		// agentctl's kube mode observes neither; it says so rather than "not configured" (#32 item 9).
-		{"a client's redis", func(o *Observation) { o.Client = true }, ComponentDatabase, Unknown, "watch-gateway reports it"},
-		{"a client's grpc", func(o *Observation) { o.Client = true }, ComponentGRPC, Unknown, "agentctl status --transport grpc"},
+		{"a client's redis, unseen", func(o *Observation) { o.Client, o.Services = true, nil }, ComponentDatabase, Unknown, "watch-gateway reports it"},
+		{"a client's grpc, unseen", func(o *Observation) { o.Client, o.Services = true, nil }, ComponentGRPC, Unknown, "agentctl status --transport grpc"},
+		{"a client's redis, through event-emitter", func(o *Observation) {
+			o.Client = true
+			o.Services = append(o.Services, Service{Name: "event-emitter", Health: "SERVING", Subsystems: map[string]string{"agentplane.v1.EventEmitter/redis": "SERVING"}})
+		}, ComponentDatabase, Healthy, "event-emitter's Redis check"},
+		{"a client's redis down, through event-emitter", func(o *Observation) {
+			o.Client = true
+			o.Services = append(o.Services, Service{Name: "event-emitter", Health: "SERVING", Subsystems: map[string]string{"agentplane.v1.EventEmitter/redis": "NOT_SERVING"}})
+		}, ComponentDatabase, Degraded, "NOT_SERVING"},
+		{"a client's grpc, through the gateway's health", func(o *Observation) {
+			o.Client = true
+			o.Services = append(o.Services, Service{Name: "watch-gateway", Health: "SERVING"})
+		}, ComponentGRPC, Healthy, "watch-gateway serves gRPC"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
