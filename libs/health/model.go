@@ -152,10 +152,20 @@ func Compute(o Observation) []Item {
 	unsupported := "not supported: run-controller runs the job and workflow runtimes; a run of this runtime fails with InvalidSpec"
 	add(RuntimeTemporal, Unknown, unsupported, nil)
 	add(RuntimeCustom, Unknown, unsupported, nil)
-	const fromGateway = "not observed by agentctl's kube mode: watch-gateway reports it (agentctl status --transport grpc)"
-	// A client sees Redis through event-emitter's Redis health check, and the gateway's gRPC
-	// through the gateway's own health, when it reaches them.
-	var emitterRedis, gatewayHealth string
+	st, msg = databaseStatus(o)
+	add(ComponentDatabase, st, msg, nil)
+	st, msg = grpcStatus(o)
+	add(ComponentGRPC, st, msg, nil)
+	return items
+}
+
+// fromGateway is what a client says of what only watch-gateway observes.
+const fromGateway = "not observed by agentctl's kube mode: watch-gateway reports it (agentctl status --transport grpc)"
+
+// seenByClient is what a client (agentctl's kube mode) sees of Redis and of the gateway's gRPC:
+// event-emitter's Redis health check and the gateway's own health, when it reaches them ("" when
+// not).
+func seenByClient(o Observation) (emitterRedis, gatewayHealth string) {
 	for _, s := range o.Services {
 		switch s.Name {
 		case "event-emitter":
@@ -168,31 +178,37 @@ func Compute(o Observation) []Item {
 			gatewayHealth = s.Health
 		}
 	}
+	return emitterRedis, gatewayHealth
+}
+
+func databaseStatus(o Observation) (Status, string) {
+	redis, _ := seenByClient(o)
 	switch {
-	case o.Client && emitterRedis == "SERVING":
-		add(ComponentDatabase, Healthy, "as event-emitter's Redis check reports", nil)
-	case o.Client && emitterRedis != "":
-		add(ComponentDatabase, Degraded, "event-emitter's Redis check reports "+emitterRedis, nil)
+	case o.Client && redis == "SERVING":
+		return Healthy, "as event-emitter's Redis check reports"
+	case o.Client && redis != "":
+		return Degraded, "event-emitter's Redis check reports " + redis
 	case o.Client:
-		add(ComponentDatabase, Unknown, fromGateway, nil)
+		return Unknown, fromGateway
 	case o.RedisAddress == "":
-		add(ComponentDatabase, Unknown, "redis not configured", nil)
+		return Unknown, "redis not configured"
 	case o.RedisErr != nil:
-		add(ComponentDatabase, Degraded, "redis unreachable: "+o.RedisErr.Error(), nil)
-	default:
-		add(ComponentDatabase, Healthy, "", nil)
+		return Degraded, "redis unreachable: " + o.RedisErr.Error()
 	}
+	return Healthy, ""
+}
+
+func grpcStatus(o Observation) (Status, string) {
+	_, gateway := seenByClient(o)
 	switch {
-	case o.Client && gatewayHealth == "SERVING":
-		add(ComponentGRPC, Healthy, "watch-gateway serves gRPC (its health answered)", nil)
+	case o.Client && gateway == "SERVING":
+		return Healthy, "watch-gateway serves gRPC (its health answered)"
 	case o.Client:
-		add(ComponentGRPC, Unknown, fromGateway, nil)
+		return Unknown, fromGateway
 	case o.GRPCAddress != "":
-		add(ComponentGRPC, Healthy, o.GRPCAddress, nil)
-	default:
-		add(ComponentGRPC, Unknown, "gRPC not enabled", nil)
+		return Healthy, o.GRPCAddress
 	}
-	return items
+	return Unknown, "gRPC not enabled"
 }
 
 func crdStatus(established map[string]bool) (Status, string, map[string]any) {
