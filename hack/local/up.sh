@@ -13,7 +13,7 @@
 # loopback one publishes none, as pods could not reach it anyway);
 # AGENTPLANE_APISERVER_OTLP_ENDPOINT (host:port, OTLP gRPC) makes kube-apiserver export its spans
 # there (the local Jaeger's when it runs); AGENTPLANE_ADMISSION_POLICIES=0 leaves out the admission
-# policies (a chart installs them); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
+# policies and the cancel switch (charts install them); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
 # request rate to the API server (burst twice it).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -265,6 +265,25 @@ PROBE
     [ "$ok" = 1 ]
   }
   wait_for kube-apiserver 60 run_admitted
+  # With the policies, the cancel switch cancel-propagator's chart turns on while cancel is enabled (the
+  # admission policy agentplane-cancel-switch accepts a new spec.cancel only where it is on): on with the
+  # service's default, off with JANGAR_ORCHESTRATION_CANCEL_ENABLED=false (then every new cancel is
+  # refused, saying cancel is disabled).
+  case $(echo "${JANGAR_ORCHESTRATION_CANCEL_ENABLED:-true}" | tr '[:upper:]' '[:lower:]') in
+    1 | true | yes | on)
+      "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null
+      want_switch=yes ;;
+    *)
+      "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null
+      want_switch=no ;;
+  esac
+  # In force once the API server's authorizer (what the policy asks) sees it: RBAC reaches it
+  # within a second or so; make up returns only then.
+  switch_in_force() {
+    [ "$("${KUBECTL[@]}" auth can-i cancel agentruns.agents.proompteng.ai -n "$NAMESPACE" \
+      --as system:serviceaccount:agentplane:cancel-switch 2>/dev/null)" = "$want_switch" ]
+  }
+  wait_for kube-apiserver 30 switch_in_force
 fi
 node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for kwok 90 node_ready
@@ -277,26 +296,6 @@ The local control plane is up without Redis or services (AGENTPLANE_CONTROL_PLAN
 EOF
   exit 0
 fi
-
-# The cancel switch cancel-propagator's chart turns on while cancel is enabled (the admission
-# policy agentplane-cancel-switch accepts a new spec.cancel only where it is on): on with the
-# service's default, off with JANGAR_ORCHESTRATION_CANCEL_ENABLED=false (then every new cancel is
-# refused, saying cancel is disabled).
-case $(echo "${JANGAR_ORCHESTRATION_CANCEL_ENABLED:-true}" | tr '[:upper:]' '[:lower:]') in
-  1 | true | yes | on)
-    "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null
-    want_switch=yes ;;
-  *)
-    "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/cancel-switch.yaml" >/dev/null
-    want_switch=no ;;
-esac
-# In force once the API server's authorizer (what the policy asks) sees it: RBAC reaches it
-# within a second or so; make up returns only then.
-switch_in_force() {
-  [ "$("${KUBECTL[@]}" auth can-i cancel agentruns.agents.proompteng.ai -n "$NAMESPACE" \
-    --as system:serviceaccount:agentplane:cancel-switch 2>/dev/null)" = "$want_switch" ]
-}
-wait_for kube-apiserver 30 switch_in_force
 
 # Service-to-service authentication, as in a cluster: status-writer and event-emitter accept
 # only the controllers' ServiceAccounts, each presenting a token the API server issued for the
