@@ -261,7 +261,7 @@ func (s *system) startRedis() *sysContainer {
 // OTLP collector are) plus what the scenarios need (Job TTL 0, a short missing-Job grace, quick
 // heartbeats, and the gateway's targets, since no Deployments exist for it to discover).
 func (s *system) chartValues(name string) []string {
-	v := []string{"--set", "otel.endpoint=http://jaeger:4318", "--set", "image.tag=e2e"}
+	v := withChoices(name, "--set", "otel.endpoint=http://jaeger:4318", "--set", "image.tag=e2e")
 	switch name {
 	case "event-emitter":
 		v = append(v, "--set", "redis.url=redis://redis:6379/0",
