@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
@@ -128,35 +127,10 @@ func (r *Reconciler) retain(ctx context.Context, key string, ar *agentsv1alpha1.
 		r.Queue.AddAfter(key, wait)
 		return nil
 	}
-	bg := metav1.DeletePropagationBackground
-	// The Jobs first (their pods follow through the garbage collector), so that none outlives
-	// its run even where no garbage collector runs.
-	items, _ := r.Jobs[ar.Namespace].GetIndexer().ByIndex(job.ByRun, key)
-	for _, it := range items {
-		j := it.(*batchv1.Job)
-		if ref := job.Owner(j); ref == nil || ref.UID != ar.UID || j.DeletionTimestamp != nil {
-			continue
-		}
-		err := r.Kube.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{
-			PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptr.To(j.UID)}})
-		switch {
-		case err == nil:
-			r.Deletions.WithLabelValues("Job").Inc()
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		default:
-			return fmt.Errorf("delete Job %s/%s at the end of its run's retention: %w", j.Namespace, j.Name, err)
-		}
+	if err := job.DeleteRun(ctx, r.Kube, r.Client, r.Jobs[ar.Namespace], ar, r.Deletions); err != nil {
+		return fmt.Errorf("at the end of AgentRun %s's retention: %w", key, err)
 	}
-	err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Delete(ctx, ar.Name,
-		metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: ptr.To(ar.UID)}})
-	switch {
-	case err == nil:
-		r.Deletions.WithLabelValues("AgentRun").Inc()
-		logging.FromContext(ctx).Info("deleted AgentRun at the end of its retention", "run", key, "finishedAt", ar.Status.FinishedAt.Time, "retention", ttl)
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-	default:
-		return fmt.Errorf("delete AgentRun %s at the end of its retention: %w", key, err)
-	}
+	logging.FromContext(ctx).Info("deleted AgentRun at the end of its retention", "run", key, "finishedAt", ar.Status.FinishedAt.Time, "retention", ttl)
 	return nil
 }
 

@@ -256,3 +256,40 @@ func Retention(finishedAt time.Time, ttlSeconds *int32, def time.Duration, now t
 	}
 	return ttl, finishedAt.Add(ttl).Sub(now)
 }
+
+// DeleteRun deletes an AgentRun at the end of a retention (its own, or its OrchestrationRun's):
+// first the Jobs it controls (their pods follow through the garbage collector), so that none
+// outlives it even where no garbage collector runs, then the run; background propagation, UID
+// preconditions, each deletion counted in deletions by kind. An object already gone or replaced
+// is skipped. jobs is the namespace's Job informer, indexed by ByRun.
+func DeleteRun(ctx context.Context, kube kubernetes.Interface, client versioned.Interface, jobs cache.SharedIndexInformer,
+	ar *agentsv1alpha1.AgentRun, deletions *prometheus.CounterVec) error {
+	bg := metav1.DeletePropagationBackground
+	deleted := func(kind string, err error) error {
+		switch {
+		case err == nil:
+			deletions.WithLabelValues(kind).Inc()
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			return err
+		}
+		return nil
+	}
+	for _, j := range controller.ByIndex[*batchv1.Job](jobs, ByRun, ar.Namespace+"/"+ar.Name) {
+		if ref := Owner(j); ref == nil || ref.UID != ar.UID || j.DeletionTimestamp != nil {
+			continue
+		}
+		if err := deleted("Job", kube.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{
+			PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &j.UID}})); err != nil {
+			return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
+		}
+	}
+	if ar.DeletionTimestamp != nil {
+		return nil
+	}
+	if err := deleted("AgentRun", client.AgentsV1alpha1().AgentRuns(ar.Namespace).Delete(ctx, ar.Name, metav1.DeleteOptions{
+		PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &ar.UID}})); err != nil {
+		return fmt.Errorf("delete AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
+	}
+	return nil
+}

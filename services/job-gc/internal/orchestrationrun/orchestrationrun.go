@@ -12,13 +12,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
@@ -70,50 +67,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		r.Queue.AddAfter(key, wait)
 		return nil
 	}
-	bg := metav1.DeletePropagationBackground
 	for _, ar := range controller.ByIndex[*agentsv1alpha1.AgentRun](r.Runs[ns], ByOrchestrationRun, key) {
 		if ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun"); ref == nil || ref.UID != or.UID {
 			continue
 		}
-		for _, j := range controller.ByIndex[*batchv1.Job](r.Jobs[ns], job.ByRun, ns+"/"+ar.Name) {
-			if ref := job.Owner(j); ref == nil || ref.UID != ar.UID || j.DeletionTimestamp != nil {
-				continue
-			}
-			if err := r.delete(ctx, "Job", func() error {
-				return r.Kube.BatchV1().Jobs(ns).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: uid(j.UID)})
-			}); err != nil {
-				return fmt.Errorf("delete Job %s/%s at the end of OrchestrationRun %s's retention: %w", ns, j.Name, key, err)
-			}
-		}
-		if ar.DeletionTimestamp != nil {
-			continue
-		}
-		if err := r.delete(ctx, "AgentRun", func() error {
-			return r.Client.AgentsV1alpha1().AgentRuns(ns).Delete(ctx, ar.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: uid(ar.UID)})
-		}); err != nil {
-			return fmt.Errorf("delete AgentRun %s/%s at the end of OrchestrationRun %s's retention: %w", ns, ar.Name, key, err)
+		if err := job.DeleteRun(ctx, r.Kube, r.Client, r.Jobs[ns], ar, r.Deletions); err != nil {
+			return fmt.Errorf("at the end of OrchestrationRun %s's retention: %w", key, err)
 		}
 	}
-	if err := r.delete(ctx, "OrchestrationRun", func() error {
-		return r.Client.OrchestrationV1alpha1().OrchestrationRuns(ns).Delete(ctx, or.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: uid(or.UID)})
-	}); err != nil {
+	bg := metav1.DeletePropagationBackground
+	err := r.Client.OrchestrationV1alpha1().OrchestrationRuns(ns).Delete(ctx, or.Name,
+		metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &or.UID}})
+	switch {
+	case err == nil:
+		r.Deletions.WithLabelValues("OrchestrationRun").Inc()
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	default:
 		return fmt.Errorf("delete OrchestrationRun %s at the end of its retention: %w", key, err)
 	}
 	logging.FromContext(ctx).Info("deleted OrchestrationRun at the end of its retention", "run", key, "finishedAt", or.Status.FinishedAt.Time, "retention", ttl)
 	return nil
 }
-
-// delete runs del, counts a deletion of kind, and ignores an object already gone or replaced.
-func (r *Reconciler) delete(_ context.Context, kind string, del func() error) error {
-	err := del()
-	switch {
-	case err == nil:
-		r.Deletions.WithLabelValues(kind).Inc()
-		return nil
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		return nil
-	}
-	return err
-}
-
-func uid(u types.UID) *metav1.Preconditions { return &metav1.Preconditions{UID: ptr.To(u)} }
