@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -36,11 +37,22 @@ const benchOffset = 2000
 // its agentplane_run_controller_api_requests_total (goal: at most 6 writes and 0 reads of one
 // object per run).
 //
+// It also reports the CPU time per run each process used in each phase (from /proc) and how busy
+// the machine was: on two cores both phases keep them busy, so CPU per run is what sets the
+// throughput. With AGENTPLANE_BENCH_PROFILES=DIR it writes CPU profiles of run-controller,
+// status-writer, event-emitter and kube-apiserver over the controller phase into DIR, their top
+// frames into the log (profiling costs the controller's side a little CPU).
+//
 //	cd e2e && go test -tags e2e -run '^$' -bench RunControllerThousandRuns -benchtime 1x -timeout 30m
 func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	const runs = 1000
 	ctx := context.Background()
-	_, cfg := localStack(b, benchOffset, 2000)
+	profiles := os.Getenv("AGENTPLANE_BENCH_PROFILES")
+	var env []string
+	if profiles != "" {
+		env = append(env, "JANGAR_DEBUG_PPROF=true")
+	}
+	dir, cfg := localStack(b, benchOffset, 2000, env...)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	if _, err := kc.CoreV1().Pods("agents").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
@@ -69,6 +81,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	ann := map[string]string{"agentplane.dev/simulate-duration": "600s"}
 
 	// Baseline: the same Jobs, created directly.
+	cpuDirect := sampleCPU(b, dir)
 	start := time.Now()
 	testenv.Parallel(b, runs, 32, func(i int) error {
 		_, err := kc.BatchV1().Jobs("agents").Create(ctx, &batchv1.Job{
@@ -97,6 +110,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	}
 	waitUntil("direct Jobs' pods Running", runningPods("bench=direct"))
 	direct := time.Since(start)
+	cpuDirectEnd := sampleCPU(b, dir)
 	if err := kc.BatchV1().Jobs("agents").DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground), GracePeriodSeconds: ptr.To[int64](0)},
 		metav1.ListOptions{LabelSelector: "bench=direct"}); err != nil {
 		b.Fatal(err)
@@ -108,6 +122,15 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 
 	before := systemWrites(b)
 	runsRes := dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agentruns"}).Namespace("agents")
+	var prof *profiler
+	if profiles != "" {
+		svc := map[string]string{}
+		for _, name := range []string{"run-controller", "status-writer", "event-emitter"} {
+			svc[name] = fmt.Sprintf("127.0.0.1:%d", servicePorts[name][1]+benchOffset)
+		}
+		prof = startProfiles(b, profiles, svc, kc)
+	}
+	cpuController := sampleCPU(b, dir)
 	b.ResetTimer()
 	start = time.Now()
 	testenv.Parallel(b, runs, 32, func(i int) error {
@@ -133,7 +156,13 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	})
 	controller := time.Since(start)
 	b.StopTimer()
+	cpuControllerEnd := sampleCPU(b, dir)
 	after := systemWrites(b)
+	b.Logf("CPU ms per run: direct %s; through run-controller %s",
+		reportCPU(b, "direct_", cpuDirect, cpuDirectEnd, runs), reportCPU(b, "", cpuController, cpuControllerEnd, runs))
+	if prof != nil {
+		b.Logf("CPU profiles over the controller phase (%s):%s", profiles, prof.stop(b, 25))
+	}
 	d := func(what string) float64 { return (after[what] - before[what]) / runs }
 	writes := d("create") + d("update") + d("patch") + d("delete") + d("status") + d("events")
 	b.ReportMetric(direct.Seconds(), "direct_s")

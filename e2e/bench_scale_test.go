@@ -379,15 +379,11 @@ func topReads(before, after map[string]float64) string {
 // procCPUSeconds is a process's user + system CPU time (/proc/<pid>/stat, in clock ticks of
 // 1/100 s, Linux's USER_HZ).
 func procCPUSeconds(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
+	v, ok := procCPU(strconv.Itoa(pid))
+	if !ok {
+		b.Fatalf("read the CPU time of pid %d from /proc", pid)
 	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from the 3rd (state) on
-	ut, _ := strconv.ParseFloat(f[11], 64)                   // utime, field 14
-	st, _ := strconv.ParseFloat(f[12], 64)                   // stime, field 15
-	return (ut + st) / 100
+	return v
 }
 
 // samplePeaks reads each process's resident memory (VmRSS) every second until stop, and sends

@@ -165,6 +165,7 @@ func Run(ctx context.Context, o Options) error {
 func newRuntime(ctx context.Context, o Options, log *slog.Logger) (*Runtime, *metrics.Server, error) {
 	cfg := o.Config
 	reg := metrics.NewRegistry()
+	metrics.RegisterBuildInfo(reg, cfg.Name, Version)
 	var serverOpts []grpc.ServerOption
 	if o.GRPCServerOptions != nil {
 		var err error
@@ -180,6 +181,10 @@ func newRuntime(ctx context.Context, o Options, log *slog.Logger) (*Runtime, *me
 		}
 	}
 	rt.GRPC.InitMetrics()
+	if cfg.Pprof {
+		metrics.ServeProfiles(rt.Mux)
+		log.Warn("serving Go profiles under /debug/pprof/ on the metrics port (JANGAR_DEBUG_PPROF=true): anyone who reaches the port can read them")
+	}
 	return rt, metrics.NewServer(reg, rt.Mux), nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestRunServesHealthAndMetricsAndStopsCleanly(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"test_setup_total 1", "go_goroutines", "grpc_server_handled_total"} {
+	for _, want := range []string{"test_setup_total 1", "go_goroutines", "grpc_server_handled_total", `agentplane_build_info{goversion="` + runtime.Version() + `",service="test-service",version="dev"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -156,5 +157,50 @@ func TestRunReportsATakenPort(t *testing.T) {
 	err = Run(context.Background(), Options{Config: cfg})
 	if err == nil || !strings.Contains(err.Error(), "JANGAR_GRPC_PORT") {
 		t.Fatalf("Run = %v, want an error naming the setting to change", err)
+	}
+}
+
+// TestProfilesOnlyWhenAsked: /debug/pprof/ answers on the metrics port with JANGAR_DEBUG_PPROF=true
+// and is not there without it.
+func TestProfilesOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		env := map[string]string{"JANGAR_GRPC_PORT": "0", "JANGAR_METRICS_ADDR": "127.0.0.1:0"}
+		if on {
+			env["JANGAR_DEBUG_PPROF"] = "true"
+		}
+		cfg, err := config.LoadService(config.FromMap(env), "test-service", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		addrs := make(chan net.Addr, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, Options{Config: cfg, Listening: func(_, m net.Addr) { addrs <- m }})
+		}()
+		var m net.Addr
+		select {
+		case m = <-addrs:
+		case err := <-done:
+			cancel()
+			t.Fatalf("Run returned early: %v", err)
+		}
+		resp, err := http.Get("http://" + m.String() + "/debug/pprof/cmdline")
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("JANGAR_DEBUG_PPROF=%v: /debug/pprof/cmdline answered %d, want %d", on, resp.StatusCode, want)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

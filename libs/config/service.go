@@ -32,6 +32,13 @@ type Service struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease: JANGAR_LEADER_ELECTION_NAMESPACE.
 	LeaderElectionNamespace string
+	// LeaseName names the Lease: JANGAR_LEADER_ELECTION_LEASE_NAME, default agentplane-<service>
+	// (the charts give each release its own).
+	LeaseName string
+	// LegacyLeaseName, when set, is a Lease held with LeaseName: the one earlier releases elected
+	// on, so that their replicas and this one's never lead at once during an upgrade:
+	// JANGAR_LEADER_ELECTION_LEGACY_LEASE_NAME.
+	LegacyLeaseName string
 	// Lease timings: JANGAR_LEADER_ELECTION_LEASE_DURATION (15s), _RENEW_DEADLINE (10s),
 	// _RETRY_PERIOD (2s). A replica that stops renewing is replaced within the lease duration.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -43,6 +50,9 @@ type Service struct {
 	Identity string
 	// PodNamespace is where this replica runs (POD_NAMESPACE).
 	PodNamespace string
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics port:
+	// JANGAR_DEBUG_PPROF. Off by default: whoever reaches the metrics port could read them.
+	Pprof bool
 }
 
 // DefaultGRPCPort is the gRPC port of the seeds' charts.
@@ -67,6 +77,8 @@ func LoadService(env *Env, name string, defaultGRPCPort, defaultMetricsPort int)
 	s.LeaderElection = env.Bool("JANGAR_LEADER_ELECTION_ENABLED", false)
 	s.PodNamespace = env.String("POD_NAMESPACE", "default")
 	s.LeaderElectionNamespace = env.String("JANGAR_LEADER_ELECTION_NAMESPACE", s.PodNamespace)
+	s.LeaseName = env.String("JANGAR_LEADER_ELECTION_LEASE_NAME", "agentplane-"+name)
+	s.LegacyLeaseName = env.String("JANGAR_LEADER_ELECTION_LEGACY_LEASE_NAME", "")
 	s.LeaseDuration = env.Duration("JANGAR_LEADER_ELECTION_LEASE_DURATION", 15*time.Second)
 	s.RenewDeadline = env.Duration("JANGAR_LEADER_ELECTION_RENEW_DEADLINE", 10*time.Second)
 	s.RetryPeriod = env.Duration("JANGAR_LEADER_ELECTION_RETRY_PERIOD", 2*time.Second)
@@ -75,6 +87,7 @@ func LoadService(env *Env, name string, defaultGRPCPort, defaultMetricsPort int)
 			"between JANGAR_LEADER_ELECTION_RETRY_PERIOD and JANGAR_LEADER_ELECTION_LEASE_DURATION (lease > renew deadline > retry period > 0)")
 	}
 	s.Identity = env.String("POD_NAME", host)
+	s.Pprof = env.Bool("JANGAR_DEBUG_PPROF", false)
 	if grpcPort < 0 || grpcPort > 65535 {
 		env.fail("JANGAR_GRPC_PORT", strconv.Itoa(grpcPort), "a port between 0 and 65535")
 	}

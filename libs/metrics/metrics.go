@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof" //nolint:gosec // G108: the handlers go on the service's own mux (ServeProfiles), only with JANGAR_DEBUG_PPROF=true
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +22,18 @@ func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// RegisterBuildInfo registers agentplane_build_info{service, version, goversion}, always 1: which
+// build of which service a target runs (join it on job/instance to label other series).
+func RegisterBuildInfo(reg prometheus.Registerer, service, version string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "agentplane_build_info",
+		Help:        "The build a service runs: its name, version (the commit it was built from) and Go version; always 1.",
+		ConstLabels: prometheus.Labels{"service": service, "version": version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
 }
 
 // Server serves /metrics, /healthz and /readyz.
@@ -48,6 +62,16 @@ func NewServer(reg *prometheus.Registry, mux *http.ServeMux) *Server {
 	})
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s
+}
+
+// ServeProfiles adds Go's profiles (net/http/pprof: CPU, heap, goroutines, ...) under
+// /debug/pprof/ to mux.
+func ServeProfiles(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // SetReady flips /readyz.
