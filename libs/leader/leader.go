@@ -22,7 +22,10 @@ import (
 type Config struct {
 	Namespace string
 	Name      string
-	Identity  string
+	// LegacyName, when set, is a second Lease the candidate holds with Name: the one earlier
+	// releases elected on, so that their replicas and this one's never lead at once (pairLock).
+	LegacyName string
+	Identity   string
 	// Durations default to client-go's recommended 15s/10s/2s.
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
@@ -44,12 +47,19 @@ func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(c
 	if c.RetryPeriod == 0 {
 		c.RetryPeriod = 2 * time.Second
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity},
+	lease := func(name string) *resourcelock.LeaseLock {
+		return &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: c.Namespace, Name: name},
+			Client:     client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity},
+		}
 	}
+	var lock resourcelock.Interface = lease(c.Name)
 	log := logging.FromContext(ctx).With("lease", c.Namespace+"/"+c.Name, "identity", c.Identity)
+	if c.LegacyName != "" && c.LegacyName != c.Name {
+		lock = &pairLock{primary: lease(c.Name), legacy: lease(c.LegacyName), now: time.Now}
+		log = log.With("legacy_lease", c.Namespace+"/"+c.LegacyName)
+	}
 	lost := false
 	// client-go starts OnStartedLeading in a goroutine and does not wait for it: Run does, so
 	// that lead has returned (and what it wrote is visible) when Run returns.
@@ -100,7 +110,8 @@ func Run(ctx context.Context, client kubernetes.Interface, c Config, lead func(c
 	return nil
 }
 
-// RunService runs work for a service: under the Lease named after the service when
+// RunService runs work for a service: under its Lease (JANGAR_LEADER_ELECTION_LEASE_NAME, by
+// default agentplane-<service>; with JANGAR_LEADER_ELECTION_LEGACY_LEASE_NAME, that one too) when
 // JANGAR_LEADER_ELECTION_ENABLED is true (only the leader works; see Run), else at once. It is
 // the one way run-controller, job-gc and cancel-propagator elect a leader.
 func RunService(ctx context.Context, cfg config.Service, client kubernetes.Interface, work func(ctx context.Context) error) error {
@@ -109,7 +120,7 @@ func RunService(ctx context.Context, cfg config.Service, client kubernetes.Inter
 	}
 	var werr error
 	err := Run(ctx, client, Config{
-		Namespace: cfg.LeaderElectionNamespace, Name: "agentplane-" + cfg.Name, Identity: cfg.Identity,
+		Namespace: cfg.LeaderElectionNamespace, Name: cfg.LeaseName, LegacyName: cfg.LegacyLeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 	}, func(ctx context.Context) { werr = work(ctx) })
 	if werr != nil && !errors.Is(werr, context.Canceled) {

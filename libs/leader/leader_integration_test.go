@@ -194,3 +194,104 @@ func TestRunWaitsForTheLeadersWorkToReturn(t *testing.T) {
 		t.Fatal("Run returned while the leader's work was still running")
 	}
 }
+
+// TestAnEarlierReleasesReplicaAndANewOneNeverLeadAtOnce: during an upgrade that renames the
+// Lease, a replica of the earlier release (which knows only the old Lease) and replicas of the new
+// one (which hold the new Lease and the old, LegacyName) lead one at a time: the new ones wait
+// while the old one leads, one of them takes over when it stops, and a late old replica then
+// waits in turn. Without the pair (Name alone) a new replica would lead at once beside the old.
+func TestAnEarlierReleasesReplicaAndANewOneNeverLeadAtOnce(t *testing.T) {
+	var leading, maxLeading atomic.Int32
+	started := make(chan string, 4)
+	requests := map[string]*atomic.Int64{"old-1": {}, "new-1": {}, "new-2": {}, "old-2": {}}
+	ctxs, cancels := map[string]context.Context{}, map[string]context.CancelFunc{}
+	for id := range requests {
+		ctxs[id], cancels[id] = context.WithCancel(context.Background())
+		defer cancels[id]()
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	candidate := func(id string) {
+		wg.Add(1)
+		cfg := Config{Namespace: "default", Name: "agentplane-upgrade", Identity: id,
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+		if strings.HasPrefix(id, "new") {
+			cfg.Name, cfg.LegacyName = "rel-upgrade", "agentplane-upgrade"
+		}
+		go func() {
+			defer wg.Done()
+			err := Run(ctxs[id], leaseRequests(t, requests[id]), cfg, func(ctx context.Context) {
+				n := leading.Add(1)
+				for {
+					m := maxLeading.Load()
+					if n <= m || maxLeading.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				started <- id
+				<-ctx.Done()
+				leading.Add(-1)
+			})
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		}()
+	}
+	leads := func(want ...string) string {
+		t.Helper()
+		select {
+		case id := <-started:
+			for _, w := range want {
+				if id == w {
+					return id
+				}
+			}
+			t.Fatalf("%s started leading; want one of %v", id, want)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("none of %v led within 30s", want)
+		}
+		return ""
+	}
+	waitsWhile := func(leader string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			tried := requests[id].Load()
+			testenv.Eventually(t, 30*time.Second, id+" tries for the lease five more times", func() error {
+				if n := requests[id].Load(); n < tried+10 {
+					return fmt.Errorf("%d more requests", n-tried)
+				}
+				return nil
+			})
+		}
+		select {
+		case id := <-started:
+			t.Fatalf("%s started leading while %s led", id, leader)
+		default:
+		}
+	}
+	candidate("old-1")
+	leads("old-1")
+	candidate("new-1")
+	candidate("new-2")
+	waitsWhile("old-1", "new-1", "new-2")
+	cancels["old-1"]()
+	next := leads("new-1", "new-2")
+	for _, name := range []string{"rel-upgrade", "agentplane-upgrade"} {
+		l, err := env.Client.CoordinationV1().Leases("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil || holder(l) != next {
+			t.Fatalf("%s leads, but Lease %s names %v (%v)", next, name, l, err)
+		}
+	}
+	candidate("old-2")
+	other := map[string]string{"new-1": "new-2", "new-2": "new-1"}[next]
+	waitsWhile(next, "old-2", other)
+	cancels[next]()
+	leads(other, "old-2")
+	for id := range cancels {
+		cancels[id]()
+	}
+	wg.Wait()
+	if maxLeading.Load() != 1 {
+		t.Fatalf("%d candidates led at once", maxLeading.Load())
+	}
+}
