@@ -7,59 +7,42 @@ import (
 	"context"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 )
 
-// ServerMetrics counts handled RPCs by service, method and code, and times them.
+// ServerMetrics are the gRPC server metrics of go-grpc-middleware's Prometheus provider, under
+// their standard names and labels (grpc_server_started_total, grpc_server_handled_total,
+// grpc_server_msg_received_total, grpc_server_msg_sent_total with grpc_type, grpc_service,
+// grpc_method and, when handled, grpc_code; the grpc_server_handling_seconds histogram), so that
+// the dashboards and alerts written for any gRPC server read them.
 type ServerMetrics struct {
-	handled *prometheus.CounterVec
-	latency *prometheus.HistogramVec
+	*grpcprom.ServerMetrics
 }
+
+// The series ServerMetrics registers (the dashboards and the benchmarks read them by name).
+const (
+	MetricStarted      = "grpc_server_started_total"
+	MetricHandled      = "grpc_server_handled_total"
+	MetricMsgReceived  = "grpc_server_msg_received_total"
+	MetricMsgSent      = "grpc_server_msg_sent_total"
+	MetricHandlingTime = "grpc_server_handling_seconds"
+)
 
 // NewServerMetrics registers the gRPC server metrics with reg.
 func NewServerMetrics(reg prometheus.Registerer) *ServerMetrics {
-	m := &ServerMetrics{
-		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_handled_total",
-			Help: "RPCs completed on the server, by method and status code.",
-		}, []string{"grpc_method", "grpc_code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "grpc_server_handling_seconds",
-			Help:    "Time to handle a unary RPC, or the lifetime of a stream.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"grpc_method"}),
-	}
-	reg.MustRegister(m.handled, m.latency)
+	m := &ServerMetrics{grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+		grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 16))))}
+	reg.MustRegister(m)
 	return m
-}
-
-func (m *ServerMetrics) observe(method string, start time.Time, err error) {
-	m.handled.WithLabelValues(method, status.Code(err).String()).Inc()
-	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
-}
-
-func (m *ServerMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := h(ctx, req)
-	m.observe(info.FullMethod, start, err)
-	return resp, err
-}
-
-func (m *ServerMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	start := time.Now()
-	err := h(srv, ss)
-	m.observe(info.FullMethod, start, err)
-	return err
 }
 
 // Server is a gRPC server with its health service.
@@ -85,18 +68,10 @@ func NewServer(reg prometheus.Registerer, extra ...grpc.ServerOption) *Server {
 	return s
 }
 
-// InitMetrics creates the metric series of every method registered so far (handled with code OK,
-// and the latency histogram), so that dashboards and rate() see them before the first call
-// completes. app.Run calls it once the service has registered its own.
-func (s *Server) InitMetrics() {
-	for svc, info := range s.GetServiceInfo() {
-		for _, m := range info.Methods {
-			method := "/" + svc + "/" + m.Name
-			s.metrics.handled.WithLabelValues(method, codes.OK.String())
-			s.metrics.latency.WithLabelValues(method)
-		}
-	}
-}
+// InitMetrics creates the metric series of every method registered so far (started, and handled
+// with each code; the latency histogram), so that dashboards and rate() see them before the first
+// call completes. app.Run calls it once the service has registered its own.
+func (s *Server) InitMetrics() { s.metrics.InitializeMetrics(s.Server) }
 
 // EndStreams cancels the context of every open stream, so long-lived streams (health watches,
 // status watches) return and GracefulStop can finish instead of waiting out its timeout.
@@ -121,8 +96,8 @@ func newInstrumentedServer(reg prometheus.Registerer, extra ...grpc.ServerOption
 	m := NewServerMetrics(reg)
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(m.unary),
-		grpc.ChainStreamInterceptor(m.stream),
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(m.StreamServerInterceptor()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}

@@ -60,9 +60,10 @@ func TestClientRetriesUnavailable(t *testing.T) {
 	if got := f.calls.Load(); got != 3 {
 		t.Fatalf("server saw %d calls, want 3 (two UNAVAILABLE, then success)", got)
 	}
-	const want = `grpc_server_handled_total{grpc_code="Unavailable",grpc_method="/grpc.health.v1.Health/Check"} 2`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP grpc_server_handled_total RPCs completed on the server, by method and status code.\n# TYPE grpc_server_handled_total counter\n"+want+"\n"+
-		`grpc_server_handled_total{grpc_code="OK",grpc_method="/grpc.health.v1.Health/Check"} 1`+"\n"), "grpc_server_handled_total"); err != nil {
+	// go-grpc-middleware's provider: its standard names and labels.
+	const want = `grpc_server_handled_total{grpc_code="Unavailable",grpc_method="Check",grpc_service="grpc.health.v1.Health",grpc_type="unary"} 2`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP grpc_server_handled_total Total number of RPCs completed on the server, regardless of success or failure.\n# TYPE grpc_server_handled_total counter\n"+want+"\n"+
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Check",grpc_service="grpc.health.v1.Health",grpc_type="unary"} 1`+"\n"), "grpc_server_handled_total"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -106,7 +107,7 @@ func TestInitMetricsCreatesEachMethodsSeries(t *testing.T) {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if mf.GetName() == "grpc_server_handled_total" && labels["grpc_method"] == "/grpc.health.v1.Health/Check" && labels["grpc_code"] == "OK" {
+			if mf.GetName() == "grpc_server_handled_total" && labels["grpc_service"] == "grpc.health.v1.Health" && labels["grpc_method"] == "Check" && labels["grpc_code"] == "OK" {
 				found = true
 			}
 		}
@@ -116,5 +117,35 @@ func TestInitMetricsCreatesEachMethodsSeries(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(reg, "grpc_server_handling_seconds"); n == 0 {
 		t.Error("no latency series after InitMetrics")
+	}
+}
+
+// TestServerMetricsAreTheProvidersStandardSeries: after a call, the registry holds exactly the
+// series grpcx names (MetricStarted, ...), with the provider's labels.
+func TestServerMetricsAreTheProvidersStandardSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := NewServer(reg)
+	s.InitMetrics()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+		if mf.GetName() == MetricHandled {
+			var names []string
+			for _, l := range mf.GetMetric()[0].GetLabel() {
+				names = append(names, l.GetName())
+			}
+			if strings.Join(names, ",") != "grpc_code,grpc_method,grpc_service,grpc_type" {
+				t.Errorf("%s labels %v, want grpc_code, grpc_method, grpc_service, grpc_type", MetricHandled, names)
+			}
+		}
+	}
+	for _, name := range []string{MetricStarted, MetricHandled, MetricMsgReceived, MetricMsgSent, MetricHandlingTime} {
+		if !got[name] {
+			t.Errorf("no %s series after InitMetrics (have %v)", name, got)
+		}
 	}
 }
