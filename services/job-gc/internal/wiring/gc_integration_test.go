@@ -364,7 +364,7 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 			return nil
 		})
 	}
-	if got := f.metric("agentplane_job_gc_missing_jobs_total", "namespace", f.ns); got != 2 {
+	if got := f.metric("agentplane_job_gc_missing_jobs_total", "run_namespace", f.ns); got != 2 {
 		t.Errorf("missing jobs = %v, want 2", got)
 	}
 	for _, name := range []string{"lost", "killed"} {
@@ -393,7 +393,7 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 	if c := meta.FindStatusCondition(ar.Status.Conditions, agentrun.CondJobMissing); c != nil || ar.Status.Phase != "Running" {
 		t.Errorf("a Job only missing from the cache was reported: phase %s, condition %+v", ar.Status.Phase, c)
 	}
-	if got := f.metric("agentplane_job_gc_missing_job_failures_total", "namespace", f.ns); got != 2 {
+	if got := f.metric("agentplane_job_gc_missing_job_failures_total", "run_namespace", f.ns); got != 2 {
 		t.Errorf("missing job failures = %v, want 2", got)
 	}
 }

@@ -77,6 +77,9 @@ func New(cfg Config, d Deps) (*GC, error) {
 	}
 	g := &GC{cfg: cfg, d: d, client: client, jobs: map[string]cache.SharedIndexInformer{}, runs: map[string]cache.SharedIndexInformer{},
 		orchRuns: map[string]cache.SharedIndexInformer{}}
+	// The runs' namespace is run_namespace: namespace is the scrape target's own (Prometheus keeps
+	// the target's and renames a series' namespace to exported_namespace).
+	const runNamespaceLabel = "run_namespace"
 	released := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentplane_job_gc_holds_released_total", Help: "job-result finalizers released, by why.",
 	}, []string{"why"})
@@ -84,11 +87,11 @@ func New(cfg Config, d Deps) (*GC, error) {
 		Name: "agentplane_job_gc_deletions_total", Help: "Objects job-gc deleted at the end of an AgentRun's or OrchestrationRun's retention, by kind.",
 	}, []string{"kind"})
 	missing := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "agentplane_job_gc_missing_jobs_total", Help: "AgentRuns found missing their Job (WorkflowJobMissing), by namespace.",
-	}, []string{"namespace"})
+		Name: "agentplane_job_gc_missing_jobs_total", Help: "AgentRuns found missing their Job (WorkflowJobMissing), by the runs' namespace.",
+	}, []string{runNamespaceLabel})
 	failed := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "agentplane_job_gc_missing_job_failures_total", Help: "AgentRuns failed with WorkflowJobMissing after the grace period, by namespace.",
-	}, []string{"namespace"})
+		Name: "agentplane_job_gc_missing_job_failures_total", Help: "AgentRuns failed with WorkflowJobMissing after the grace period, by the runs' namespace.",
+	}, []string{runNamespaceLabel})
 	g.job = &job.Reconciler{Jobs: g.jobs, Runs: g.runs, Client: client, Kube: d.Kube, Events: d.Events, Now: d.Now,
 		HoldWarning: cfg.HoldWarning, Released: released}
 	g.run = &agentrun.Reconciler{Jobs: g.jobs, Runs: g.runs, OrchRuns: g.orchRuns, Client: client, Kube: d.Kube, Status: d.Status, Events: d.Events, Now: d.Now,
