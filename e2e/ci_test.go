@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -90,5 +91,56 @@ func TestCIRefusesVariablesThatNarrowASuite(t *testing.T) {
 	out, err := ciRun("GOFLAGS=-mod=mod", "E2E_RUN=x")
 	if err == nil || !strings.Contains(out, "unset E2E_RUN ") || strings.Contains(out, "GOFLAGS") {
 		t.Errorf("GOFLAGS=-mod=mod E2E_RUN=x bash .ci/run: %v, want only E2E_RUN refused:\n%s", err, out)
+	}
+}
+
+// TestStacksSideBySideShareNoPort: hack/test-e2e.sh runs TestWholeSystem, the real-node tests and
+// the rest as three processes at once, each starting local stacks moved by its own
+// AGENTPLANE_PORT_OFFSET. No port of one process's stacks may be a port of another's (the
+// runbooks' stack once shared TestWholeSystem's offset and failed whenever they overlapped).
+func TestStacksSideBySideShareNoPort(t *testing.T) {
+	root := repoRoot(t)
+	var base []int
+	for _, f := range []string{"hack/local/lib.sh", "hack/cluster/lib.sh"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\$\(port [A-Z_]+ ([0-9]+)\)`).FindAllStringSubmatch(string(b), -1) {
+			p, _ := strconv.Atoi(m[1])
+			base = append(base, p)
+		}
+	}
+	if len(base) < 20 {
+		t.Fatalf("found %d base ports in hack/local/lib.sh and hack/cluster/lib.sh: the pattern no longer reads them", len(base))
+	}
+	ports := func(offset int) map[int]bool {
+		out := map[int]bool{}
+		for _, p := range base {
+			out[p+offset] = true
+		}
+		return out
+	}
+	processes := map[string][]int{
+		"system":  {sysOffset},
+		"cluster": {clusterOffset},
+		"rest":    {offset, gcOffset, consoleOffset, runbookOffset},
+	}
+	for a, as := range processes {
+		for b, bs := range processes {
+			if a >= b {
+				continue
+			}
+			for _, x := range as {
+				for _, y := range bs {
+					px, py := ports(x), ports(y)
+					for p := range px {
+						if py[p] {
+							t.Errorf("port %d: a stack of %s (offset %d) and one of %s (offset %d), which run at once, both use it", p, a, x, b, y)
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-const runbookOffset = 6000
+const runbookOffset = 2500
 
 // runbookBlock returns the lines of the first ```bash block of docs/runbooks.md's section
 // headed heading.

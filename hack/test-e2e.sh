@@ -3,7 +3,7 @@
 # system in containers under faults, mostly spent waiting on the system), the tests on the
 # real-node cluster (make cluster-up: TestClusterInstall, TestTiltfileOnTheRealNode; the helm
 # installs an operator does, mostly spent waiting on pods), and every other test. Each uses its
-# own ports (AGENTPLANE_PORT_OFFSET 6000 and 8500 against 1000 to 5000), Docker network,
+# own ports (AGENTPLANE_PORT_OFFSET 6000 and 8500 against the others: TestStacksSideBySideShareNoPort), Docker network,
 # node network and temporary folders, so they do not meet. The whole-system lines are prefixed
 # "[system] " (and kept unprefixed in $E2E_SYSTEM_LOG when set), the cluster's "[cluster] ".
 #
