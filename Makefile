@@ -34,6 +34,10 @@ CRICTL_VERSION             ?= v1.37.0
 # proxy serves; security advisories are reported against it: it runs only on the local test node.
 KUBE_ROUTER_VERSION        ?= v2.1.0
 GOLANGCI_LINT_VERSION      ?= v2.15.0
+# The charts' tests: promtool (rules unit tests) from the Prometheus module, without its service
+# discovery plugins (remove_all_sd: rules need none); chart-testing's ct, pinned in its tools
+# module (the module proxy serves its versions but no version list, which go install needs).
+PROMETHEUS_VERSION         ?= v0.316.0
 GOVULNCHECK_VERSION        ?= v1.9.0
 # The Go vulnerability database as the golang.org/x/vulndb module holds it (its OSV reports), at a
 # pinned commit: govulncheck reads it from a folder, as this machine cannot reach vuln.go.dev. Bump
@@ -56,7 +60,10 @@ KWOK_POD_STAGES    := $(wildcard hack/local/kwok-stages/*.yaml)
 CONTROLLER_GEN     := $(TOOLS)/controller-gen/$(CONTROLLER_GEN_VERSION)/controller-gen
 CODEGEN_BIN        := $(TOOLS)/code-generator/$(CODE_GENERATOR_VERSION)
 CODEGEN            := $(CODEGEN_BIN)/.done
-HELM               := $(TOOLS)/helm/$(HELM_VERSION)/helm
+HELM               := $(TOOLS)/helm/$(HELM_VERSION)-stamped/helm
+PROMTOOL           := $(TOOLS)/promtool/$(PROMETHEUS_VERSION)/promtool
+CT_VERSION         := $(shell awk '$$1=="github.com/helm/chart-testing/v3"{print $$2; exit}' hack/tools/ct/go.mod)
+CT                 := $(TOOLS)/ct/$(CT_VERSION)/ct
 BUF                := $(TOOLS)/buf/$(BUF_VERSION)/buf
 PROTOC_GEN_GO      := $(TOOLS)/protoc-gen-go/$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(TOOLS)/protoc-gen-go-grpc/$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
@@ -83,6 +90,8 @@ KUBE_VERSION_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean)
 
 SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator watch-gateway agentctl
+# The service charts, in the order the agentplane chart installs them.
+CHART_SERVICES := status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway
 MODULES  := libs libs/testenv proto e2e examples/agent $(addprefix services/,$(SERVICES))
 # Modules of our own code outside the workspace (built with GOWORK=off, for make cluster-up).
 TOOL_MODULES := hack/tools/registry hack/tools/coredns hack/cluster/pause
@@ -119,7 +128,7 @@ deps-cluster: ## Install the Debian packages make cluster-up needs (make up's, t
 	@hack/deps.sh cluster
 
 .PHONY: tools
-tools: tools-up $(CONTROLLER_GEN) $(CODEGEN) $(HELM) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
+tools: tools-up $(CONTROLLER_GEN) $(CODEGEN) $(HELM) $(PROMTOOL) $(CT) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
 
 .PHONY: tools-up
 tools-up: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) ## Build only the tools make up runs (etcd, the Kubernetes control plane, kubectl, kwok).
@@ -188,8 +197,28 @@ $(CODEGEN):
 	GOWORK=off GOBIN=$(@D) go install -trimpath $(addprefix k8s.io/code-generator/cmd/,$(addsuffix @$(CODE_GENERATOR_VERSION),client-gen lister-gen informer-gen applyconfiguration-gen))
 	@touch $@
 
+# helm stamped as upstream's release builds are: its version and commit (the module proxy's record
+# of the tag) and the Kubernetes version of the client-go it is built with (helm template's and
+# helm lint's default when no --kube-version is given; unstamped, it is v1.20, which the charts'
+# kubeVersion refuses).
 $(HELM):
-	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@info=$$(GOWORK=off go mod download -json helm.sh/helm/v3@$(HELM_VERSION)); \
+	commit=$$(echo "$$info" | sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' | head -1); \
+	gomod=$$(echo "$$info" | sed -n 's/.*"GoMod": *"\([^"]*\)".*/\1/p' | head -1); \
+	minor=$$(awk '$$1=="k8s.io/client-go" {split($$2, v, "."); print v[2]; exit}' "$$gomod"); \
+	[ -n "$$commit" ] && [ -n "$$minor" ] || { echo "helm $(HELM_VERSION): no commit or client-go version in the module proxy's record" >&2; exit 1; }; \
+	x=helm.sh/helm/v3; \
+	echo "GOWORK=off GOBIN=$(@D) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) (commit $$commit, Kubernetes 1.$$minor)"; \
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags "-s -w -X $$x/internal/version.version=$(HELM_VERSION) \
+	  -X $$x/internal/version.gitCommit=$$commit -X $$x/internal/version.gitTreeState=clean \
+	  -X $$x/pkg/chartutil.k8sVersionMajor=1 -X $$x/pkg/chartutil.k8sVersionMinor=$$minor \
+	  -X $$x/pkg/lint/rules.k8sVersionMajor=1 -X $$x/pkg/lint/rules.k8sVersionMinor=$$minor" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(PROMTOOL):
+	GOWORK=off GOBIN=$(@D) go install -trimpath -tags remove_all_sd -ldflags '-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+
+$(CT): hack/tools/ct/go.mod hack/tools/ct/go.sum
+	cd hack/tools/ct && GOWORK=off go build -trimpath -ldflags '-s -w -X github.com/helm/chart-testing/v3/ct/cmd.Version=$(CT_VERSION)' -o $@ github.com/helm/chart-testing/v3/ct
 
 $(BUF):
 	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -229,14 +258,15 @@ envtest-bin: $(ETCD) $(KUBE_APISERVER) $(KUBECTL)
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(CODEGEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), the typed clients of the API groups (libs/api/client: clientset, listers, informers, apply configurations), protobuf code, the charts' shared templates (charts/_shared), their README values tables, the one-release chart's schema (charts/agentplane), the admission policies and the cancel switch make up and the tests apply (hack/local/admission-policies.yaml, cancel-switch.yaml) and docs/overview.svg (Graphviz).
+generate: $(CONTROLLER_GEN) $(CODEGEN) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(HELM) ## Regenerate deepcopy, CRDs (into charts/agentplane-crds), the typed clients of the API groups (libs/api/client: clientset, listers, informers, apply configurations), protobuf code, the variables each service reads (charts/agentplane-lib/templates/_readers.tpl), the service charts' schemas (from charts/agentplane-lib/schema and each values.own.schema.json), their README values tables, the admission policies and the cancel switch make up and the tests apply (hack/local/admission-policies.yaml, cancel-switch.yaml) and docs/overview.svg (Graphviz).
 	cd libs && $(CONTROLLER_GEN) object paths=./api/...
-	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/crds
+	cd libs && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../charts/agentplane-crds/files/crds
 	CODEGEN_BIN=$(CODEGEN_BIN) hack/gen-clients.sh
 	cd proto && PATH=$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH $(BUF) generate
-	hack/gen-charts.sh
-	cd e2e && go run ./cmd/valuesdoc $(addprefix ../charts/,status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway agentplane)
-	cd e2e && go run ./cmd/umbrellaschema ../charts
+	cd e2e && go run ./cmd/envreaders ..
+	cd e2e && go run ./cmd/chartschema ../charts $(CHART_SERVICES)
+	cd e2e && go run ./cmd/valuesdoc $(addprefix ../charts/,$(CHART_SERVICES) agentplane)
+	@$(MAKE) -s charts-deps
 	@{ echo "# Generated by make generate from charts/agentplane-crds/templates/admission.yaml with the chart's"; \
 	   echo "# default values: the admission policies make up and the integration tests apply. Do not edit."; \
 	   $(HELM) template agentplane-crds charts/agentplane-crds --kube-version $(KUBE_VERSION) --show-only templates/admission.yaml; \
@@ -263,6 +293,14 @@ build: ## Build every service binary and agentctl into bin/ (one go build over t
 .PHONY: images
 images: ## Build every image for linux (IMAGE_ARCH, default this machine's): the services, agentctl and the example agent, agentplane/<name>:$(IMAGE_TAG) (the commit), under $(IMAGE_REGISTRY) when set.
 	@BIN=$(BIN) SERVICES="$(SERVICES)" IMAGE_TAG=$(IMAGE_TAG) IMAGE_REGISTRY=$(IMAGE_REGISTRY) LDFLAGS='$(LDFLAGS)' hack/images.sh
+
+.PHONY: charts-deps
+charts-deps: $(HELM) ## Build the charts' dependencies (helm dependency build: the library chart into each service chart, every chart into charts/agentplane); skipped when nothing changed.
+	@HELM=$(HELM) hack/charts-deps.sh
+
+.PHONY: chart-lint
+chart-lint: $(HELM) $(CT) charts-deps ## ct lint (chart-testing, .ct/ct.yaml) of the charts changed since the merge-base with origin/main: helm lint, yamllint, and a version bump for each changed chart.
+	@PATH=$(dir $(HELM)):$$PATH $(CT) lint --config .ct/ct.yaml --lint-conf .ct/lintconf.yaml
 
 .PHONY: charts-package
 charts-package: $(HELM) ## Package every chart into bin/charts/ as $(CHART_VERSION), appVersion $(IMAGE_TAG).
@@ -327,7 +365,7 @@ test-stress: envtest-bin ## The integration tier ROUNDS times (default 5) in a r
 	@PKGS="$(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))" ROUNDS=$(or $(ROUNDS),5) hack/test-stress.sh
 
 .PHONY: test-e2e
-test-e2e: tools tools-jaeger tools-cluster build ## End-to-end: the local control plane, service containers, the whole system in containers with Jaeger, and helm installs on a real node (make cluster-up; needs root), TestWholeSystem and the real-node tests beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
+test-e2e: tools tools-jaeger tools-cluster build charts-deps ## End-to-end: the local control plane, service containers, the whole system in containers with Jaeger, and helm installs on a real node (make cluster-up; needs root), TestWholeSystem and the real-node tests beside the rest (testcontainers; AGENTPLANE_E2E_SKIP_DOCKER=1 skips the container suites, AGENTPLANE_E2E_SERIAL=1 runs one test at a time, E2E_RUN=regexp picks tests).
 	@echo ">> test-e2e $$(date +%T)"
 	cd e2e && go test -count=1 ./cmd/...
 	hack/test-e2e.sh

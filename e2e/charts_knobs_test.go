@@ -387,7 +387,7 @@ func dashboard(t *testing.T, h *helmEnv, chart string) grafanaDashboard {
 	}
 	data := at(cms[0], "data").(map[string]any)
 	var dash grafanaDashboard
-	if err := json.Unmarshal([]byte(fmt.Sprint(data["agentplane-"+chart+".json"])), &dash); err != nil {
+	if err := json.Unmarshal([]byte(fmt.Sprint(data["agentplane-agents-"+chart+".json"])), &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v (%v)", err, data)
 	}
 	return dash
@@ -451,6 +451,142 @@ func dashboardConfigMaps(objs []map[string]any) []map[string]any {
 	for _, cm := range kind(objs, "ConfigMap") {
 		if at(cm, "metadata", "labels", "grafana_dashboard") != nil {
 			out = append(out, cm)
+		}
+	}
+	return out
+}
+
+// TestTheValuesOperatorsLookFor (#34 item 6): global.imageRegistry and global pull secrets (the
+// chart's own win and add up), extraEnv with valueFrom (replacing a variable the chart sets),
+// topology spread with the pods' own selector filled in, a Lease per release (and the earlier
+// releases' held beside it), the console's Ingress and HTTPRoute.
+func TestTheValuesOperatorsLookFor(t *testing.T) {
+	h := newHelmEnv(t)
+	for _, sc := range serviceCharts {
+		t.Run(sc.name, func(t *testing.T) {
+			objs := objects(t, h, sc.name, "--set", "global.imageRegistry=mirror.example.com", "--set", "imagePullSecrets[0].name=own",
+				"--set", "global.imagePullSecrets={shared,own}", "--set", "global.priorityClassName=agentplane",
+				"--set", "extraEnv[0].name=OTEL_EXPORTER_OTLP_HEADERS", "--set", "extraEnv[0].valueFrom.secretKeyRef.name=otlp",
+				"--set", "extraEnv[0].valueFrom.secretKeyRef.key=headers",
+				"--set", "extraEnv[1].name=JANGAR_LOG_LEVEL", "--set", "extraEnv[1].valueFrom.configMapKeyRef.name=logging",
+				"--set", "extraEnv[1].valueFrom.configMapKeyRef.key=level",
+				"--set", "topologySpreadConstraints[0].maxSkew=1", "--set", "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+				"--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway")
+			d := kind(objs, "Deployment")[0]
+			pod := at(d, "spec", "template", "spec")
+			if img := fmt.Sprint(at(pod, "containers", "0", "image")); !strings.HasPrefix(img, "mirror.example.com/agentplane/"+sc.name+":") {
+				t.Errorf("image %s, want it from global.imageRegistry", img)
+			}
+			if got := fmt.Sprint(at(pod, "imagePullSecrets")); got != "[map[name:own] map[name:shared]]" {
+				t.Errorf("imagePullSecrets %s, want the chart's then global's, each once", got)
+			}
+			if got := at(pod, "priorityClassName"); got != "agentplane" {
+				t.Errorf("priorityClassName %v, want global's", got)
+			}
+			var headers, levels int
+			for _, e := range at(pod, "containers", "0", "env").([]any) {
+				m := e.(map[string]any)
+				switch m["name"] {
+				case "OTEL_EXPORTER_OTLP_HEADERS":
+					headers++
+					if at(m, "valueFrom", "secretKeyRef", "name") != "otlp" {
+						t.Errorf("OTEL_EXPORTER_OTLP_HEADERS %v, want it from Secret otlp", m)
+					}
+				case "JANGAR_LOG_LEVEL":
+					levels++
+					if at(m, "valueFrom", "configMapKeyRef", "name") != "logging" || m["value"] != nil {
+						t.Errorf("JANGAR_LOG_LEVEL %v, want extraEnv's valueFrom in place of the chart's value", m)
+					}
+				}
+			}
+			if headers != 1 || levels != 1 {
+				t.Errorf("OTEL_EXPORTER_OTLP_HEADERS %d times, JANGAR_LOG_LEVEL %d times, want once each", headers, levels)
+			}
+			sel := at(pod, "topologySpreadConstraints", "0", "labelSelector", "matchLabels")
+			if fmt.Sprint(sel) != fmt.Sprint(at(d, "spec", "selector", "matchLabels")) {
+				t.Errorf("the topology spread's labelSelector %v, want the pods' own %v", sel, at(d, "spec", "selector", "matchLabels"))
+			}
+		})
+	}
+
+	t.Run("run-controller's agents come from the same registry", func(t *testing.T) {
+		if got, _ := envOf(t, h.template(t, "run-controller", "--set", "global.imageRegistry=mirror.example.com"), "JANGAR_AGENT_IMAGE"); !strings.HasPrefix(got, "mirror.example.com/agentplane/agent:") {
+			t.Errorf("JANGAR_AGENT_IMAGE=%q, want the example agent from global.imageRegistry", got)
+		}
+	})
+
+	t.Run("a Lease per release, the earlier releases' held beside it", func(t *testing.T) {
+		for _, c := range []struct {
+			release string
+			flags   []string
+			lease   string
+			legacy  string
+		}{
+			{"prod", nil, "prod-run-controller", "agentplane-run-controller"},
+			{"agentplane", nil, "agentplane-run-controller", ""}, // the release's own name is the earlier one
+			{"prod", []string{"--set", "leaderElection.holdLegacyLease=false"}, "prod-run-controller", ""},
+			{"prod", []string{"--set", "leaderElection.leaseName=mine"}, "mine", "agentplane-run-controller"},
+		} {
+			args := append([]string{"template", c.release, "charts/run-controller", "--namespace", chartNamespace}, withChoices("run-controller", c.flags...)...)
+			stdout, stderr, err := h.run(args...)
+			if err != nil {
+				t.Fatalf("%v: %v\n%s", c.flags, err, stderr)
+			}
+			objs := parseManifests(t, stdout)
+			lease, _ := envOf(t, objs, "JANGAR_LEADER_ELECTION_LEASE_NAME")
+			legacy, hasLegacy := envOf(t, objs, "JANGAR_LEADER_ELECTION_LEGACY_LEASE_NAME")
+			if lease != c.lease || legacy != c.legacy || hasLegacy != (c.legacy != "") {
+				t.Errorf("release %s %v: Lease %q, legacy %q, want %q and %q", c.release, c.flags, lease, legacy, c.lease, c.legacy)
+			}
+			var names []string
+			for _, o := range objs {
+				if o.Kind == "Role" && strings.HasSuffix(o.Metadata.Name, "-leader-election") {
+					for _, r := range o.Rules {
+						names = append(names, r.ResourceNames...)
+					}
+				}
+			}
+			if want := compactStrings(c.lease, c.legacy); fmt.Sprint(names) != fmt.Sprint(want) {
+				t.Errorf("release %s %v: the leader-election Role may get and update Leases %v, want %v", c.release, c.flags, names, want)
+			}
+		}
+	})
+
+	t.Run("watch-gateway's Ingress and HTTPRoute", func(t *testing.T) {
+		objs := objects(t, h, "watch-gateway", "--set", "ingress.enabled=true", "--set", "ingress.className=nginx",
+			"--set", "ingress.hosts[0].host=agentplane.example.com", "--set", "ingress.tls[0].secretName=web",
+			"--set", "ingress.tls[0].hosts={agentplane.example.com}")
+		ing := kind(objs, "Ingress")
+		if len(ing) != 1 || at(ing[0], "spec", "ingressClassName") != "nginx" ||
+			at(ing[0], "spec", "rules", "0", "http", "paths", "0", "backend", "service", "port", "name") != "http" ||
+			at(ing[0], "spec", "rules", "0", "http", "paths", "0", "backend", "service", "name") != "watch-gateway" {
+			t.Fatalf("Ingress %v", ing)
+		}
+		env := map[string]string{}
+		for _, e := range at(kind(objs, "Deployment")[0], "spec", "template", "spec", "containers", "0", "env").([]any) {
+			m := e.(map[string]any)
+			env[fmt.Sprint(m["name"])] = fmt.Sprint(m["value"])
+		}
+		if !slices.Contains(strings.Split(env["JANGAR_HTTP_ALLOWED_HOSTS"], ","), "agentplane.example.com") {
+			t.Errorf("JANGAR_HTTP_ALLOWED_HOSTS %q lacks the Ingress's host (the gateway would refuse it: 421)", env["JANGAR_HTTP_ALLOWED_HOSTS"])
+		}
+		wantRefused(t, h, "watch-gateway", "ingress.hosts", "--set", "ingress.enabled=true")
+		route := []string{"--set", "httpRoute.enabled=true", "--set", "httpRoute.parentRefs[0].name=gw", "--set", "httpRoute.hostnames={console.example.com}"}
+		wantRefused(t, h, "watch-gateway", "Gateway API CRDs", route...)
+		objs = objects(t, h, "watch-gateway", append(route, "--api-versions", "gateway.networking.k8s.io/v1/HTTPRoute")...)
+		r := kind(objs, "HTTPRoute")
+		if len(r) != 1 || at(r[0], "spec", "parentRefs", "0", "name") != "gw" || fmt.Sprint(at(r[0], "spec", "rules", "0", "backendRefs", "0", "port")) != "8080" {
+			t.Fatalf("HTTPRoute %v", r)
+		}
+		wantRefused(t, h, "watch-gateway", "parentRefs", "--set", "httpRoute.enabled=true", "--api-versions", "gateway.networking.k8s.io/v1/HTTPRoute")
+	})
+}
+
+func compactStrings(s ...string) []string {
+	var out []string
+	for _, v := range s {
+		if v != "" {
+			out = append(out, v)
 		}
 	}
 	return out

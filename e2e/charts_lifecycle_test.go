@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,16 +46,18 @@ func TestTheJobResultFinalizerOnlyWhereJobGCReleasesIt(t *testing.T) {
 	})
 
 	t.Run("one release: on exactly when job-gc is installed", func(t *testing.T) {
+		// Without job-gc in the release the operator chooses, as with run-controller alone.
+		wantRefused(t, h, "agentplane", "set run-controller.controller.jobResultFinalizer=false", append(umbrellaRedis, "--set", "job-gc.enabled=false")...)
 		for _, tc := range []struct {
 			flags []string
 			want  string
 		}{
 			{nil, "true"},
-			{[]string{"--set", "job-gc.enabled=false"}, "false"},
+			{[]string{"--set", "job-gc.enabled=false", "--set", "run-controller.controller.jobResultFinalizer=false"}, "false"},
 			{[]string{"--set", "job-gc.enabled=false", "--set", "run-controller.controller.jobResultFinalizer=true"}, "true"},
 			{[]string{"--set", "run-controller.controller.jobResultFinalizer=false"}, "false"},
 		} {
-			objs := umbrellaObjects(t, h, "agentplane", append([]string{"--set", "redis.url=redis://redis:6379/0"}, tc.flags...)...)
+			objs := umbrellaObjects(t, h, "agentplane", append(slices.Clone(umbrellaRedis), tc.flags...)...)
 			if got := containerEnv(t, objs, "agentplane-run-controller")[name]; got != tc.want {
 				t.Errorf("%v: %s=%q, want %q", tc.flags, name, got, tc.want)
 			}
@@ -125,9 +128,9 @@ func TestTheSeedsValuePathsWorkInEveryChart(t *testing.T) {
 			redis = nil
 		}
 		t.Run(sc.name, func(t *testing.T) {
-			objs := h.template(t, sc.name, append(redis, "--set", "env.vars.JANGAR_SEED_A=base", "--set", "env.vars.JANGAR_SEED_B=base",
-				"--set", side+".env.vars.JANGAR_SEED_B=side", "--set", side+".env.vars.JANGAR_SHUTDOWN_TIMEOUT=7s", "--set", "grpc.enabled=true")...)
-			for name, want := range map[string]string{"JANGAR_SEED_A": "base", "JANGAR_SEED_B": "side", "JANGAR_SHUTDOWN_TIMEOUT": "7s"} {
+			objs := h.template(t, sc.name, append(redis, "--set", "env.vars.JANGAR_KUBE_API_QPS=11", "--set", "env.vars.JANGAR_KUBE_API_BURST=22",
+				"--set", side+".env.vars.JANGAR_KUBE_API_BURST=33", "--set", side+".env.vars.JANGAR_SHUTDOWN_TIMEOUT=7s", "--set", "grpc.enabled=true")...)
+			for name, want := range map[string]string{"JANGAR_KUBE_API_QPS": "11", "JANGAR_KUBE_API_BURST": "33", "JANGAR_SHUTDOWN_TIMEOUT": "7s"} {
 				if got, _ := envOf(t, objs, name); got != want {
 					t.Errorf("%s=%q, want %q (%s.env.vars over env.vars)", name, got, want, side)
 				}
@@ -143,15 +146,15 @@ func TestTheSeedsValuePathsWorkInEveryChart(t *testing.T) {
 		wantRefused(t, h, "run-controller", "no supporting-primitives controller", "--set", "supportingController.enabled=true")
 	})
 	t.Run("the agentplane chart", func(t *testing.T) {
-		umbrellaObjects(t, h, "agentplane", append(redis, "--set", "grpc.enabled=true", "--set", "orchestrationController.enabled=true",
-			"--set", "supportingController.enabled=false")...)
+		umbrellaObjects(t, h, "agentplane", append(slices.Clone(umbrellaRedis), "--set", "run-controller.grpc.enabled=true", "--set", "run-controller.orchestrationController.enabled=true",
+			"--set", "run-controller.supportingController.enabled=false")...)
 		for flags, why := range map[string]string{
-			"grpc.enabled=false":                                       "always serve gRPC",
-			"orchestrationController.enabled=false":                    "reconciled by run-controller itself",
-			"supportingController.enabled=true":                        "no supporting-primitives controller",
-			"controllers.env.vars.JANGAR_PRIMITIVES_NAMESPACES=agents": "supporting-primitives controller",
+			"run-controller.grpc.enabled=false":                               "always serve gRPC",
+			"run-controller.orchestrationController.enabled=false":            "reconciled by run-controller itself",
+			"run-controller.supportingController.enabled=true":                "no supporting-primitives controller",
+			"global.controllers.env.vars.JANGAR_PRIMITIVES_NAMESPACES=agents": "supporting-primitives controller",
 		} {
-			args := append([]string{"template", "agentplane", "charts/agentplane", "--namespace", chartNamespace, "--kube-version", renderKubeVersion, "--set", flags}, redis...)
+			args := append([]string{"template", "agentplane", "charts/agentplane", "--namespace", chartNamespace, "--kube-version", renderKubeVersion, "--set", flags}, umbrellaRedis...)
 			if _, stderr, err := h.run(args...); err == nil || !strings.Contains(stderr, why) {
 				t.Errorf("--set %s: %v, want a refusal saying %q:\n%s", flags, err, why, stderr)
 			}

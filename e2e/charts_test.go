@@ -21,7 +21,7 @@ import (
 const renderKubeVersion = "1.37.2"
 
 // helmPath is where `make tools` builds helm, relative to the repo root.
-const helmPath = "bin/tools/helm/v3.22.0/helm"
+const helmPath = "bin/tools/helm/v3.22.0-stamped/helm"
 
 // chartNamespace is the release namespace every chart is rendered into.
 const chartNamespace = "agents"
@@ -61,8 +61,9 @@ type manifest struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	// Role and ClusterRole.
 	Rules []rbacRule `json:"rules"`
@@ -159,6 +160,7 @@ func newHelmEnv(t *testing.T) *helmEnv {
 	t.Helper()
 	root := repoRoot(t)
 	bin := mustExist(t, filepath.Join(root, helmPath), "tools")
+	chartDeps(t, root, bin)
 	home := t.TempDir()
 	env := append(os.Environ(),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
@@ -166,6 +168,18 @@ func newHelmEnv(t *testing.T) *helmEnv {
 		"HELM_DATA_HOME="+filepath.Join(home, "data"),
 	)
 	return &helmEnv{bin: bin, root: root, env: env}
+}
+
+// chartDeps builds the charts' dependencies (hack/charts-deps.sh: the library chart into each
+// service chart, every chart into charts/agentplane) when they are stale; the script locks, so
+// test processes started together build them once.
+func chartDeps(t testing.TB, root, helm string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(root, "hack", "charts-deps.sh"))
+	cmd.Env = append(os.Environ(), "HELM="+helm)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/charts-deps.sh: %v\n%s", err, out)
+	}
 }
 
 // run runs helm and returns what it printed on stdout and on stderr.
@@ -475,11 +489,17 @@ func TestCharts(t *testing.T) {
 
 	t.Run("agentplane-crds", func(t *testing.T) {
 		h.lint(t, "agentplane-crds")
-		crdFiles, _ := filepath.Glob(filepath.Join(h.root, "charts", "agentplane-crds", "crds", "*.yaml"))
+		crdFiles, _ := filepath.Glob(filepath.Join(h.root, "charts", "agentplane-crds", "files", "crds", "*.yaml"))
 		if len(crdFiles) == 0 {
-			t.Fatal("charts/agentplane-crds/crds holds no CRDs: run `make generate`")
+			t.Fatal("charts/agentplane-crds/files/crds holds no CRDs: run `make generate`")
 		}
-		objs := h.template(t, "agentplane-crds", "--include-crds")
+		// The CRDs are templates (so that helm upgrade applies them), kept on helm uninstall.
+		objs := h.template(t, "agentplane-crds")
+		for _, o := range objs {
+			if o.Kind == "CustomResourceDefinition" && o.Metadata.Annotations["helm.sh/resource-policy"] != "keep" {
+				t.Errorf("CRD %s is not kept on helm uninstall (helm.sh/resource-policy: keep)", o.Metadata.Name)
+			}
+		}
 		var names []string
 		kinds := map[string]int{}
 		for _, o := range objs {
@@ -501,7 +521,7 @@ func TestCharts(t *testing.T) {
 			t.Errorf("the CRD chart renders %v, want %v", kinds, want)
 		}
 		// Off: the CRDs alone.
-		off := h.template(t, "agentplane-crds", "--include-crds", "--set", "admission.enabled=false")
+		off := h.template(t, "agentplane-crds", "--set", "admission.enabled=false")
 		if len(off) != len(wantCRDs) {
 			t.Errorf("admission.enabled=false renders %d objects, want the %d CRDs", len(off), len(wantCRDs))
 		}

@@ -80,36 +80,83 @@ func keysOf(objs map[string]map[string]any) []string {
 	return ks
 }
 
-// TestUmbrellaChart (#13 item 3): charts/agentplane installs the CRDs' chart and the six services
-// in one release, each service exactly as its own chart renders it, wired to the others whatever
-// the release name, and accepts the seeds' top-level values.
+// umbrellaRedis is the Redis every umbrella render gives (global.redis.url).
+var umbrellaRedis = []string{"--set", "global.redis.url=redis://redis:6379/0"}
+
+// TestUmbrellaChart (#13 item 3, #34 item 2): charts/agentplane installs the CRDs' chart and the
+// six services in one release as real subcharts (Chart.yaml dependencies, each with its
+// condition; no links, no tpl of other charts), each service exactly as its own chart renders it
+// with the values the umbrella hands it (its block, and global), wired to the others whatever the
+// release name; the seeds' values work under global, and at the top level are refused saying where
+// they go.
 func TestUmbrellaChart(t *testing.T) {
 	h := newHelmEnv(t)
-	if stdout, stderr, err := h.run("lint", "--strict", "charts/agentplane", "--set", "redis.url=redis://redis:6379/0"); err != nil {
+	if stdout, stderr, err := h.run(append([]string{"lint", "--strict", "charts/agentplane"}, umbrellaRedis...)...); err != nil {
 		t.Fatalf("helm lint --strict charts/agentplane: %v\n%s%s", err, stdout, stderr)
 	}
 
+	t.Run("real subcharts: no links, no tpl, a condition each", func(t *testing.T) {
+		_ = filepath.WalkDir(filepath.Join(h.root, "charts"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type()&os.ModeSymlink != 0 {
+				t.Errorf("%s is a symbolic link: a chart must hold its files (checkouts without links break it)", p)
+			}
+			return nil
+		})
+		var chart struct {
+			Dependencies []struct {
+				Name, Repository, Condition string
+			} `json:"dependencies"`
+		}
+		raw, err := os.ReadFile(filepath.Join(h.root, "charts", "agentplane", "Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, &chart); err != nil {
+			t.Fatal(err)
+		}
+		conds := map[string]string{}
+		for _, d := range chart.Dependencies {
+			conds[d.Name] = d.Condition
+			if d.Repository != "file://../"+d.Name {
+				t.Errorf("dependency %s comes from %s, want file://../%s", d.Name, d.Repository, d.Name)
+			}
+		}
+		for _, svc := range services {
+			if !strings.HasPrefix(conds[svc], svc+".enabled") {
+				t.Errorf("subchart %s has condition %q, want %s.enabled first", svc, conds[svc], svc)
+			}
+		}
+		templates, _ := filepath.Glob(filepath.Join(h.root, "charts", "agentplane", "templates", "*"))
+		for _, f := range templates {
+			b, _ := os.ReadFile(f)
+			if strings.Contains(string(b), "tpl ") || strings.Contains(string(b), ".Files.Get") {
+				t.Errorf("%s renders other charts' files (tpl, .Files.Get): the services are subcharts", f)
+			}
+		}
+		_, stderr, err := h.run(append([]string{"template", "agentplane", "charts/agentplane", "--namespace", chartNamespace}, umbrellaRedis...)...)
+		if err != nil || strings.Contains(stderr, "symbolic link") {
+			t.Errorf("helm template charts/agentplane: %v, warnings: %s", err, stderr)
+		}
+	})
+
 	// Each service's objects are what its own chart renders for the same release name, given the
-	// values the umbrella wires in; nothing else is rendered but the CRDs chart's, as it renders
-	// them (its admission policies; the CRDs themselves are not templates).
+	// values the umbrella hands it (its block of the umbrella's values.yaml, and global); nothing
+	// else is rendered but the CRDs chart's and the runs' namespace.
 	t.Run("each service as its own chart renders it", func(t *testing.T) {
 		for _, rel := range []string{"agentplane", "prod"} {
-			all := umbrellaObjects(t, h, rel, "--set", "redis.url=redis://redis:6379/0")
+			all := umbrellaObjects(t, h, rel, umbrellaRedis...)
 			seen := map[string]bool{}
-			callers := fmt.Sprintf("%[1]s-job-gc,%[1]s-cancel-propagator,%[1]s-run-controller", rel)
 			for _, sc := range serviceCharts {
-				// The umbrella's default: every service acts on runs in <namespace>-runs.
-				flags := append([]string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace, "--kube-version", renderKubeVersion,
-					"--set", "controller.namespaces={" + chartNamespace + "-runs}"}, withChoices(sc.name)...)
+				// What the umbrella's values.yaml and global give the subchart.
+				flags := []string{"template", rel, "charts/" + sc.name, "--namespace", chartNamespace,
+					"--set", "global.agentplane.umbrella=true", "--set", "global.redis.url=redis://redis:6379/0", "--set", "global.runs.createNamespace=true"}
 				switch sc.name {
-				case "status-writer":
-					flags = append(flags, "--set", "auth.allowedCallers={"+callers+"}")
-				case "event-emitter":
-					flags = append(flags, "--set", "auth.allowedCallers={"+callers+"}", "--set", "redis.url=redis://redis:6379/0")
-				case "watch-gateway":
-					flags = append(flags, "--set", "redis.url=redis://redis:6379/0")
-				default:
-					flags = append(flags, "--set", "statusWriter.address="+rel+"-status-writer:50051", "--set", "eventEmitter.address="+rel+"-event-emitter:50051")
+				case "status-writer", "event-emitter":
+					flags = append(flags, "--set-json", "auth.allowedCallers=[]")
+				case "run-controller":
+					flags = append(flags, "--set", "statusWriter.address=", "--set", "eventEmitter.address=", "--set", "controller.jobResultFinalizer=true")
+				case "job-gc", "cancel-propagator":
+					flags = append(flags, "--set", "statusWriter.address=", "--set", "eventEmitter.address=")
 				}
 				stdout, stderr, err := h.run(flags...)
 				if err != nil {
@@ -133,13 +180,20 @@ func TestUmbrellaChart(t *testing.T) {
 					}
 				}
 			}
-			// The CRDs chart's own objects (its admission policies), as that chart renders them.
-			stdout, stderr, err := h.run("template", rel, "charts/agentplane-crds", "--namespace", chartNamespace, "--kube-version", renderKubeVersion)
+			// The CRDs chart's own objects, as that chart renders them.
+			stdout, stderr, err := h.run("template", rel, "charts/agentplane-crds", "--namespace", chartNamespace)
 			if err != nil {
 				t.Fatalf("helm template charts/agentplane-crds: %v\n%s", err, stderr)
 			}
 			for key, want := range byName(t, stdout) {
-				if got, ok := all[key]; !ok || !reflect.DeepEqual(got, want) {
+				got, ok := all[key]
+				if ok && key == "CustomResourceDefinition/agentruns.agents.proompteng.ai" {
+					// the chart label names the subchart either way; compare the rest
+					ok = reflect.DeepEqual(at(got, "spec"), at(want, "spec"))
+				} else if ok {
+					ok = reflect.DeepEqual(got, want)
+				}
+				if !ok {
 					t.Errorf("release %s: the umbrella's %s differs from charts/agentplane-crds's (or is missing)", rel, key)
 				}
 				seen[key] = true
@@ -154,65 +208,73 @@ func TestUmbrellaChart(t *testing.T) {
 	})
 
 	t.Run("the wiring follows the release name and the ports", func(t *testing.T) {
-		objs := umbrellaObjects(t, h, "team-a", "--set", "status-writer.grpc.port=6000")
+		objs := umbrellaObjects(t, h, "team-a", append(umbrellaRedis, "--set", "global.grpc.port=6000")...)
 		for _, c := range []string{"run-controller", "job-gc", "cancel-propagator"} {
 			env := containerEnv(t, objs, "team-a-"+c)
-			if env["JANGAR_STATUS_WRITER_ADDR"] != "team-a-status-writer:6000" || env["JANGAR_EVENT_EMITTER_ADDR"] != "team-a-event-emitter:50051" {
+			if env["JANGAR_STATUS_WRITER_ADDR"] != "team-a-status-writer:6000" || env["JANGAR_EVENT_EMITTER_ADDR"] != "team-a-event-emitter:6000" {
 				t.Errorf("%s: status-writer at %q, event-emitter at %q", c, env["JANGAR_STATUS_WRITER_ADDR"], env["JANGAR_EVENT_EMITTER_ADDR"])
 			}
 		}
-		// A ServiceAccount renamed in the controller's block is the one the servers admit.
-		objs = umbrellaObjects(t, h, "agentplane", "--set", "run-controller.serviceAccount.name=rc", "--set", "job-gc.enabled=false")
 		for _, s := range []string{"status-writer", "event-emitter"} {
-			if got := containerEnv(t, objs, "agentplane-"+s)["JANGAR_GRPC_AUTH_ALLOWED_CALLERS"]; got != "agentplane-cancel-propagator,rc" {
-				t.Errorf("%s admits %q, want this release's enabled controllers: agentplane-cancel-propagator,rc", s, got)
+			if got := containerEnv(t, objs, "team-a-"+s)["JANGAR_GRPC_AUTH_ALLOWED_CALLERS"]; got != "team-a-job-gc,team-a-cancel-propagator,team-a-run-controller" {
+				t.Errorf("%s admits %q, want this release's controllers", s, got)
+			}
+			if got := containerEnv(t, objs, "team-a-"+s)["JANGAR_GRPC_PORT"]; got != "6000" {
+				t.Errorf("%s listens on %q, want global.grpc.port 6000", s, got)
 			}
 		}
+		// A port given to one service alone would leave the others calling the old one.
+		wantRefused(t, h, "agentplane", "global.grpc.port=6000", append(umbrellaRedis, "--set", "status-writer.grpc.port=6000")...)
+		// A controller's ServiceAccount renamed in its block: the servers cannot know it unless told.
+		wantRefused(t, h, "agentplane", "status-writer.auth.allowedCallers", append(umbrellaRedis, "--set", "run-controller.serviceAccount.name=rc")...)
+		objs = umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "run-controller.serviceAccount.name=rc",
+			"--set", "status-writer.auth.allowedCallers={rc,agentplane-job-gc}", "--set", "event-emitter.auth.allowedCallers={rc}")...)
+		if got := containerEnv(t, objs, "agentplane-status-writer")["JANGAR_GRPC_AUTH_ALLOWED_CALLERS"]; got != "rc,agentplane-job-gc" {
+			t.Errorf("status-writer.auth.allowedCallers was replaced: %q", got)
+		}
 		// What a service's block sets is not rewired.
-		objs = umbrellaObjects(t, h, "agentplane", "--set", "run-controller.statusWriter.address=elsewhere:1", "--set", "status-writer.auth.allowedCallers={x}")
+		objs = umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "run-controller.statusWriter.address=elsewhere:1")...)
 		if got := containerEnv(t, objs, "agentplane-run-controller")["JANGAR_STATUS_WRITER_ADDR"]; got != "elsewhere:1" {
 			t.Errorf("run-controller.statusWriter.address was replaced: %q", got)
 		}
-		if got := containerEnv(t, objs, "agentplane-status-writer")["JANGAR_GRPC_AUTH_ALLOWED_CALLERS"]; got != "x" {
-			t.Errorf("status-writer.auth.allowedCallers was replaced: %q", got)
-		}
 	})
 
-	// A values file from the seeds' world (argocd/applications/agents/values.yaml's shape).
+	// A values file from the seeds' world (argocd/applications/agents/values.yaml's shape), its
+	// shared parts moved under global and the rest under the service that reads them.
 	t.Run("the seeds' values", func(t *testing.T) {
 		seeds := `
-controller:
-  namespaces: [agents, team-b]
-  jobTtlSecondsAfterFinished: 0
-  agentRunRetentionSeconds: 7200
-  concurrency: {namespace: 5, agent: 2, cluster: 50}
-  queue: {namespace: 100, repo: 20, cluster: 1000}
-  rate: {windowSeconds: 30, namespace: 10, repo: 5, cluster: 60}
-  admissionPolicy:
-    imagesAllowed: ["registry.example.com/agents/*"]
-    blockedSecrets: [prod-db]
-grpc:
-  enabled: true
-  port: 7000
-rbac:
-  clusterScoped: false
-controllers:
-  enabled: true
+global:
+  controller:
+    namespaces: [agents, team-b]
+  grpc:
+    port: 7000
+  controllers:
+    env:
+      vars:
+        JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN: "30"
+        JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS: "45000"
   env:
     vars:
-      JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN: "30"
-      JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS: "45000"
-env:
-  vars:
-    JANGAR_GRPC_ENABLED: "true"
-    JANGAR_LOG_LEVEL: debug
-controlPlane:
-  env:
-    vars:
-      JANGAR_WATCH_HEARTBEAT: 10s
-redis:
-  url: redis://redis.agents:6379/0
-  passwordSecretRef: {name: redis, key: password}
+      JANGAR_LOG_LEVEL: debug
+  controlPlane:
+    env:
+      vars:
+        JANGAR_WATCH_HEARTBEAT: 10s
+  redis:
+    url: redis://redis.agents:6379/0
+    passwordSecretRef: {name: redis, key: password}
+run-controller:
+  controller:
+    jobTtlSecondsAfterFinished: 0
+    concurrency: {namespace: 5, agent: 2, cluster: 50}
+    queue: {namespace: 100, repo: 20, cluster: 1000}
+    rate: {windowSeconds: 30, namespace: 10, repo: 5, cluster: 60}
+    admissionPolicy:
+      imagesAllowed: ["registry.example.com/agents/*"]
+      blockedSecrets: [prod-db]
+job-gc:
+  controller:
+    agentRunRetentionSeconds: 7200
 `
 		f := filepath.Join(t.TempDir(), "values.yaml")
 		if err := os.WriteFile(f, []byte(seeds), 0o644); err != nil {
@@ -227,7 +289,7 @@ redis:
 				"JANGAR_AGENTS_CONTROLLER_RATE_WINDOW_SECONDS": "30", "JANGAR_AGENTS_CONTROLLER_RATE_NAMESPACE": "10", "JANGAR_AGENTS_CONTROLLER_RATE_REPO": "5", "JANGAR_AGENTS_CONTROLLER_RATE_CLUSTER": "60",
 				"JANGAR_AGENTS_CONTROLLER_IMAGES_ALLOWED": "registry.example.com/agents/*", "JANGAR_AGENTS_CONTROLLER_BLOCKED_SECRETS": "prod-db",
 				"JANGAR_GRPC_PORT": "7000", "JANGAR_STATUS_WRITER_ADDR": "agents-status-writer:7000", "JANGAR_EVENT_EMITTER_ADDR": "agents-event-emitter:7000",
-				"JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN": "30", "JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS": "45000", "JANGAR_LOG_LEVEL": "debug", "JANGAR_GRPC_ENABLED": "true",
+				"JANGAR_LOG_LEVEL": "debug",
 			},
 			"job-gc":            {"JANGAR_AGENTS_CONTROLLER_NAMESPACES": "agents,team-b", "JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS": "7200", "JANGAR_GRPC_PORT": "7000"},
 			"cancel-propagator": {"JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS": "45000", "JANGAR_AGENTS_CONTROLLER_NAMESPACES": "agents,team-b"},
@@ -244,25 +306,43 @@ redis:
 				}
 			}
 		}
-		if _, ok := containerEnv(t, objs, "agents-watch-gateway")["JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS"]; ok {
-			t.Error("controllers.env.vars reached watch-gateway (the control plane side)")
+		// A global variable goes only where it is read.
+		for svc, v := range map[string]string{"watch-gateway": "JANGAR_ORCHESTRATION_CANCEL_TIMEOUT_MS", "run-controller": "JANGAR_CONTROLLER_EVENTS_RATE_LIMIT_PER_MIN", "status-writer": "JANGAR_WATCH_HEARTBEAT"} {
+			if _, ok := containerEnv(t, objs, "agents-"+svc)[v]; ok {
+				t.Errorf("%s reached %s, which does not read it", v, svc)
+			}
 		}
-		if _, ok := containerEnv(t, objs, "agents-run-controller")["JANGAR_WATCH_HEARTBEAT"]; ok {
-			t.Error("controlPlane.env.vars reached run-controller")
-		}
-		// A service's own block wins over the top-level value, and false or 0 are values too.
+		// A service's own block wins over global, and false or 0 are values too.
 		objs = umbrellaObjects(t, h, "agents", "-f", f, "--set", "job-gc.controller.namespaces={gc-only}", "--set", "status-writer.tests.enabled=false",
-			"--set", "run-controller.controller.concurrency.cluster=0")
+			"--set", "run-controller.controller.concurrency.cluster=0", "--set", "status-writer.env.vars.JANGAR_LOG_LEVEL=warn")
 		if got := containerEnv(t, objs, "agents-job-gc")["JANGAR_AGENTS_CONTROLLER_NAMESPACES"]; got != "gc-only" {
-			t.Errorf("job-gc.controller.namespaces lost to controller.namespaces: %q", got)
+			t.Errorf("job-gc.controller.namespaces lost to global.controller.namespaces: %q", got)
 		}
 		if got := containerEnv(t, objs, "agents-run-controller")["JANGAR_AGENTS_CONTROLLER_CONCURRENCY_CLUSTER"]; got != "0" {
-			t.Errorf("run-controller.controller.concurrency.cluster=0 lost to the top-level 50: %q", got)
+			t.Errorf("run-controller.controller.concurrency.cluster=0 lost to the values file's 50: %q", got)
+		}
+		if got := containerEnv(t, objs, "agents-status-writer")["JANGAR_LOG_LEVEL"]; got != "warn" {
+			t.Errorf("status-writer.env.vars lost to global.env.vars: JANGAR_LOG_LEVEL=%q", got)
 		}
 		for key, o := range objs {
 			if at(o, "metadata", "annotations", "helm.sh/hook") == "test" && strings.Contains(key, "status-writer") {
 				t.Errorf("status-writer.tests.enabled=false still renders %s", key)
 			}
+		}
+		// The same file with its shared parts at the top level, as the seeds' single chart has
+		// them: each refused, naming where it goes.
+		for key, where := range map[string]string{
+			"controller.namespaces={agents}":       "global.controller.namespaces",
+			"controllers.env.vars.JANGAR_X=1":      "global.controllers.env.vars",
+			"env.vars.JANGAR_LOG_LEVEL=debug":      "global.env.vars",
+			"redis.url=redis://r:6379/0":           "global.redis",
+			"grpc.port=7000":                       "global.grpc.port",
+			"image.registry=r.example.com":         "global.imageRegistry",
+			"controlPlane.env.vars.JANGAR_X=1":     "global.controlPlane.env.vars",
+			"runs.namespace=x":                     "global.runs",
+			"orchestrationController.enabled=true": "run-controller.orchestrationController",
+		} {
+			wantRefused(t, h, "agentplane", where, "--set", key)
 		}
 	})
 
@@ -277,18 +357,22 @@ redis:
 			sort.Strings(out)
 			return out
 		}
-		if got := deployments(umbrellaObjects(t, h, "agentplane")); len(got) != 6 {
+		if got := deployments(umbrellaObjects(t, h, "agentplane", umbrellaRedis...)); len(got) != 6 {
 			t.Errorf("default: %v, want all six services", got)
 		}
-		if got := deployments(umbrellaObjects(t, h, "agentplane", "--set", "watch-gateway.enabled=false")); slices.Contains(got, "watch-gateway") || len(got) != 5 {
+		if got := deployments(umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "watch-gateway.enabled=false")...)); slices.Contains(got, "watch-gateway") || len(got) != 5 {
 			t.Errorf("watch-gateway.enabled=false: %v", got)
 		}
-		if got := deployments(umbrellaObjects(t, h, "agentplane", "--set", "controllers.enabled=false")); !reflect.DeepEqual(got, []string{"event-emitter", "status-writer", "watch-gateway"}) {
-			t.Errorf("controllers.enabled=false: %v", got)
+		if got := deployments(umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "global.controllers.enabled=false")...)); !reflect.DeepEqual(got, []string{"event-emitter", "status-writer", "watch-gateway"}) {
+			t.Errorf("global.controllers.enabled=false: %v", got)
+		}
+		// A controller's own enabled wins over the group's.
+		if got := deployments(umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "global.controllers.enabled=false", "--set", "cancel-propagator.enabled=true")...)); !slices.Contains(got, "cancel-propagator") || slices.Contains(got, "job-gc") {
+			t.Errorf("global.controllers.enabled=false, cancel-propagator.enabled=true: %v", got)
 		}
 		crds := func(flags ...string) int {
 			n := 0
-			for _, o := range umbrellaObjects(t, h, "agentplane", append([]string{"--include-crds"}, flags...)...) {
+			for _, o := range umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, flags...)...) {
 				if o["kind"] == "CustomResourceDefinition" {
 					n++
 				}
@@ -303,19 +387,18 @@ redis:
 		}
 	})
 
-	// The schema is the service charts' own: their bounds hold here, and what the seeds name but
-	// agentplane does not have is refused by name.
+	// Each subchart's schema holds in its block; the umbrella's own keys are checked too.
 	t.Run("the schema refuses what a service chart refuses", func(t *testing.T) {
 		for _, c := range []struct{ field, set string }{
 			{"rateLimitPerMin", "event-emitter.events.rateLimitPerMin=0"},
 			{"workers", "run-controller.controller.workers=0"},
 			{"heartbeat", "watch-gateway.heartbeat=0s"},
-			{"always serve gRPC", "grpc.enabled=false"}, // the service charts' refusal, with why
-			{"vcsProviders", "controller.vcsProviders.enabled=true"},
-			{"port", "grpc.port=0"},
+			{"always serve gRPC", "run-controller.grpc.enabled=false"}, // the service charts' refusal, with why
+			{"vcsProviders", "run-controller.controller.vcsProviders.enabled=true"},
+			{"port", "global.grpc.port=0"},
 			{"noSuchService", "noSuchService.enabled=true"},
 		} {
-			wantRefused(t, h, "agentplane", c.field, "--set", c.set)
+			wantRefused(t, h, "agentplane", c.field, append(umbrellaRedis, "--set", c.set)...)
 		}
 	})
 }
@@ -337,8 +420,9 @@ func generatedData(o map[string]any) map[string]any {
 // TestTheUmbrellaKeepsRunsApart (#31 item 10): the one-release chart's services act on runs in a
 // namespace of their own (<release namespace>-runs, made by the release and kept on uninstall),
 // not in the control plane's, where its Secrets are; the gateway reports on the control plane
-// there and shows the runs' namespace; runs.namespace names another, runs.createNamespace=false
-// leaves its creation to the operator, and controller.namespaces, when given, wins.
+// there and shows the runs' namespace; global.runs.namespace names another,
+// global.runs.createNamespace=false leaves its creation to the operator, and
+// global.controller.namespaces, when given, wins.
 func TestTheUmbrellaKeepsRunsApart(t *testing.T) {
 	h := newHelmEnv(t)
 	namespaceOf := func(objs map[string]map[string]any) (string, bool) {
@@ -358,7 +442,7 @@ func TestTheUmbrellaKeepsRunsApart(t *testing.T) {
 		}
 	}
 
-	objs := umbrellaObjects(t, h, "agentplane")
+	objs := umbrellaObjects(t, h, "agentplane", umbrellaRedis...)
 	if ns, kept := namespaceOf(objs); ns != chartNamespace+"-runs" || !kept {
 		t.Errorf("the release makes namespace %q (kept on uninstall: %v), want %s-runs, kept", ns, kept, chartNamespace)
 	}
@@ -376,21 +460,21 @@ func TestTheUmbrellaKeepsRunsApart(t *testing.T) {
 		}
 	}
 
-	objs = umbrellaObjects(t, h, "agentplane", "--set", "runs.namespace=team-a")
+	objs = umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "global.runs.namespace=team-a")...)
 	if ns, _ := namespaceOf(objs); ns != "team-a" {
-		t.Errorf("runs.namespace=team-a makes namespace %q", ns)
+		t.Errorf("global.runs.namespace=team-a makes namespace %q", ns)
 	}
 	actsIn(t, objs, "agentplane", "team-a")
 
-	objs = umbrellaObjects(t, h, "agentplane", "--set", "runs.createNamespace=false")
+	objs = umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "global.runs.createNamespace=false")...)
 	if ns, _ := namespaceOf(objs); ns != "" {
-		t.Errorf("runs.createNamespace=false still makes namespace %q", ns)
+		t.Errorf("global.runs.createNamespace=false still makes namespace %q", ns)
 	}
 	actsIn(t, objs, "agentplane", chartNamespace+"-runs")
 
-	objs = umbrellaObjects(t, h, "agentplane", "--set", "controller.namespaces={"+chartNamespace+"}")
+	objs = umbrellaObjects(t, h, "agentplane", append(umbrellaRedis, "--set", "global.controller.namespaces={"+chartNamespace+"}")...)
 	if ns, _ := namespaceOf(objs); ns != "" {
-		t.Errorf("controller.namespaces given, yet the release makes namespace %q", ns)
+		t.Errorf("global.controller.namespaces given, yet the release makes namespace %q", ns)
 	}
 	actsIn(t, objs, "agentplane", chartNamespace)
 }

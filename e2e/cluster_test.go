@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -34,9 +35,9 @@ import (
 // on the real node with its readiness probe passing; the services reach each other by cluster
 // DNS names with projected tokens; the examples run in real containers; cancel, retention and
 // WorkflowJobMissing behave; helm test passes; every command the NOTES print works; uninstall
-// leaves nothing. Then the same with one release per service, an upgrade from the previous
-// commit's chart and images with 100 runs in flight, leader pods deleted mid-flight, and
-// make cluster-down leaving nothing on the host.
+// leaves nothing but the CRDs (kept). Then the same with one release per service, an upgrade from
+// the 0.1.x charts and images (upgradeFrom) with 100 runs in flight, leader pods deleted
+// mid-flight, and make cluster-down leaving nothing on the host.
 func TestClusterInstall(t *testing.T) {
 	c := startCluster(t)
 	if !t.Run("the node runs real containers beside kwok's", c.checkNodes) {
@@ -68,6 +69,7 @@ func TestClusterInstall(t *testing.T) {
 		})
 		t.Run("helm uninstall leaves no held Job and no stray object", func(t *testing.T) {
 			c.uninstall(t, before, "agentplane")
+			c.checkCRDsKept(t)
 		})
 	}) {
 		return
@@ -77,6 +79,9 @@ func TestClusterInstall(t *testing.T) {
 		c.runsNS = clusterNS // each chart's own default: the release namespace
 		before := c.clusterObjects(t)
 		releases := []string{"agentplane-crds", "status-writer", "event-emitter", "job-gc", "cancel-propagator", "run-controller", "watch-gateway"}
+		// The CRDs the one-release chart left (kept on uninstall) go to the agentplane-crds
+		// release, as charts/agentplane-crds's README says.
+		c.adoptCRDs(t, "agentplane-crds")
 		for _, r := range releases {
 			var extra []string
 			if r == "watch-gateway" { // the aggregated API on the real node: its NOTES' commands below use it
@@ -107,7 +112,7 @@ func TestClusterInstall(t *testing.T) {
 		return
 	}
 
-	t.Run("upgrade from the previous commit with 100 runs in flight, then leaders deleted", func(t *testing.T) {
+	t.Run("upgrade from the 0.1.x charts (upgradeFrom) with 100 runs in flight, then leaders deleted", func(t *testing.T) {
 		c.checkUpgrade(t, version, jobs)
 	})
 
@@ -175,7 +180,9 @@ func (c *kcluster) helmInstall(t *testing.T, release, chart, version string, ext
 	args = append(args, withChoices(chart)...)
 	switch chart {
 	case "agentplane-crds":
-	case "agentplane", "event-emitter", "watch-gateway":
+	case "agentplane":
+		args = append(args, "--set", "global.imageRegistry="+c.registry, "--set", "global.redis.url="+c.redisURL, "--render-subchart-notes")
+	case "event-emitter", "watch-gateway":
 		args = append(args, "--set", "image.registry="+c.registry, "--set", "redis.url="+c.redisURL)
 	default:
 		args = append(args, "--set", "image.registry="+c.registry)
@@ -893,14 +900,26 @@ func (c *kcluster) checkBulk(t *testing.T, prefix string, n int, jobs *jobRecord
 	}
 }
 
-// checkUpgrade installs the previous commit's chart and images, starts 100 runs on kwok's node,
-// upgrades to this commit's while they run (old and new pods overlap), and checks every run's
-// end; then, with two replicas of each controller, deletes each leader's pod while 100 more runs
-// are in flight.
+// upgradeFrom is the commit whose charts and images the upgrade test starts from: the last of the
+// 0.1.x charts (the one-release chart rendering the services itself, the seeds' values at its top
+// level, the CRDs in crds/), which operators run today (#34 item 7).
+const upgradeFrom = "b74b55c"
+
+// checkUpgrade installs upgradeFrom's chart and images as its README said (the seeds' values at
+// the top level), starts 100 runs on kwok's node, hands the CRDs to the release and upgrades to
+// this commit's chart with the values restated as charts/agentplane's README says (old and new
+// pods overlap), and checks every run's end (one Job each, none lost); then, with two replicas of
+// each controller, deletes each leader's pod while 100 more runs are in flight.
 func (c *kcluster) checkUpgrade(t *testing.T, version string, jobs *jobRecorder) {
-	prevVersion := c.pushPrevious(t)
+	prevVersion := c.pushPrevious(t, upgradeFrom)
 	before := c.clusterObjects(t)
-	c.helmInstall(t, "agentplane", "agentplane", prevVersion)
+	start := time.Now()
+	if out, err := c.helm("install", "agentplane", "oci://"+c.registry+"/charts/agentplane", "--version", prevVersion, "--plain-http",
+		"-n", clusterNS, "--wait", "--timeout", "5m", "--set", "image.registry="+c.registry, "--set", "redis.url="+c.redisURL); err != nil {
+		pods, _ := c.kubectl("get", "pods", "-o", "wide")
+		t.Fatalf("helm install agentplane %s: %v\n%s\n%s", prevVersion, err, out, pods)
+	}
+	t.Logf("helm install agentplane %s: %s", prevVersion, time.Since(start).Round(time.Second))
 	// Where the previous chart puts runs (its default may differ from this one's): the upgrade
 	// must keep serving them there.
 	actsIn := func() string {
@@ -922,9 +941,10 @@ func (c *kcluster) checkUpgrade(t *testing.T, version string, jobs *jobRecorder)
 		}
 		return nil
 	})
-	start := time.Now()
+	c.adoptCRDs(t, "agentplane")
+	start = time.Now()
 	if out, err := c.helm("upgrade", "agentplane", "oci://"+c.registry+"/charts/agentplane", "--version", version, "--plain-http",
-		"-n", clusterNS, "--reuse-values", "--wait", "--timeout", "5m"); err != nil {
+		"-n", clusterNS, "--set", "global.imageRegistry="+c.registry, "--set", "global.redis.url="+c.redisURL, "--wait", "--timeout", "5m"); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
 	}
 	t.Logf("helm upgrade %s -> %s with %d runs in flight: %s", prevVersion, version, n, time.Since(start).Round(time.Second))
@@ -961,6 +981,41 @@ func (c *kcluster) checkUpgrade(t *testing.T, version string, jobs *jobRecorder)
 	}
 	c.checkBulk(t, "leaders", n, jobs)
 	c.uninstall(t, before, "agentplane")
+	c.checkCRDsKept(t)
+}
+
+// adoptCRDs hands the CRDs to release (in clusterNS) with the commands of charts/agentplane-crds's
+// README ("Upgrading from 0.1.x"), run as written but for the release's name.
+func (c *kcluster) adoptCRDs(t *testing.T, release string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.root, "charts", "agentplane-crds", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "### Upgrading from 0.1.x")
+	_, block, ok2 := strings.Cut(sec, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 || !strings.Contains(block, "meta.helm.sh/release-name=agentplane ") {
+		t.Fatalf("charts/agentplane-crds/README.md has no adoption commands for release agentplane:\n%s", sec)
+	}
+	script := "set -euo pipefail\n" + strings.ReplaceAll(block, "meta.helm.sh/release-name=agentplane ", "meta.helm.sh/release-name="+release+" ")
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Dir, cmd.Env = c.root, c.environ()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the CRDs' adoption commands (charts/agentplane-crds/README.md): %v\n%s", err, out)
+	}
+}
+
+// checkCRDsKept: helm uninstall left the CRDs (helm.sh/resource-policy: keep): deleting them
+// would have deleted every run.
+func (c *kcluster) checkCRDsKept(t *testing.T) {
+	t.Helper()
+	for _, crd := range wantCRDs {
+		out, err := c.kubectl("get", "crd", crd, "-o", `jsonpath={.metadata.annotations.helm\.sh/resource-policy}`)
+		if err != nil || strings.TrimSpace(out) != "keep" {
+			t.Errorf("CRD %s after helm uninstall: %v %q, want it there and kept", crd, err, out)
+		}
+	}
 }
 
 func (c *kcluster) leaseHolder(t *testing.T, name string) string {
@@ -972,13 +1027,13 @@ func (c *kcluster) leaseHolder(t *testing.T, name string) string {
 	return *l.Spec.HolderIdentity
 }
 
-// pushPrevious builds the previous commit's images and charts (from a worktree of it, with this
-// tree's build scripts) and pushes them; it returns their chart version.
-func (c *kcluster) pushPrevious(t *testing.T) string {
+// pushPrevious builds commit from's images and charts (from a worktree of it, with this tree's
+// build scripts) and pushes them; it returns their chart version.
+func (c *kcluster) pushPrevious(t *testing.T, from string) string {
 	t.Helper()
-	out, err := exec.Command("git", "-C", c.root, "rev-parse", "--short", "HEAD~1").CombinedOutput()
+	out, err := exec.Command("git", "-C", c.root, "rev-parse", "--short", from).CombinedOutput()
 	if err != nil {
-		t.Fatalf("the previous commit (a shallow clone has none; fetch more history): %v %s", err, out)
+		t.Fatalf("commit %s (a shallow clone lacks it; fetch more history): %v %s", from, err, out)
 	}
 	prev := strings.TrimSpace(string(out))
 	wt := filepath.Join(t.TempDir(), "previous")

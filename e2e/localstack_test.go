@@ -650,12 +650,11 @@ spec:
 		}
 		// The one-release chart too: the six services wired to one another under its name.
 		const rel = "agentplane"
-		// make up applied the CRDs chart's admission policies itself (hack/local/admission-policies.yaml,
-		// kubectl apply, no Helm owner), and Helm does not adopt objects another tool made: the
-		// release installs the CRDs and the services here, the policies it would install are
-		// those already in force.
+		// make up applied the CRDs and the CRDs chart's admission policies itself (kubectl apply,
+		// no Helm owner), and Helm does not adopt objects another tool made: the release installs
+		// the services here, the CRDs and policies it would install are those already in force.
 		if stdout, stderr, err := helmK("install", rel, filepath.Join(root, "charts", "agentplane"), "-n", ns, "--wait", "--timeout", "3m",
-			"--set", "redis.url=redis://redis:6379/0", "--set", "agentplane-crds.admission.enabled=false"); err != nil {
+			"--set", "global.redis.url=redis://redis:6379/0", "--set", "crds.enabled=false"); err != nil {
 			t.Fatalf("helm install charts/agentplane: %v\n%s%s", err, stdout, stderr)
 		}
 		out, err := kubectl("-n", ns, "get", "deployments", "-l", "app.kubernetes.io/instance="+rel,

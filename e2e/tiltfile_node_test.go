@@ -169,6 +169,19 @@ func (u *tiltUp) exec(t *testing.T) {
 			}
 			return starlark.None, nil
 		}),
+		// local runs its command as the Tiltfile loads, from the Tiltfile's folder, and returns
+		// what it printed.
+		"local": fn("local", func(args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "sh", "-c", strOf(args[0]))
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				return nil, fmt.Errorf("local(%q): %v\n%s", strOf(args[0]), err, out)
+			}
+			return starlark.String(out), nil
+		}),
 		// A local_resource runs its command once at the start, from the Tiltfile's folder.
 		"local_resource": fn("local_resource", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -88,6 +88,7 @@ func runTiltfile(t *testing.T) []tiltCall {
 		predeclared[name] = builtin(name, nil)
 	}
 	predeclared["helm"] = builtin("helm", placeholder("helm"))
+	predeclared["local"] = builtin("local", func(starlark.Tuple) starlark.Value { return starlark.String("") })
 	predeclared["blob"] = builtin("blob", placeholder("blob"))
 	thread := &starlark.Thread{Name: "Tiltfile"}
 	if _, err := starlark.ExecFileOptions(&syntax.FileOptions{TopLevelControl: true, GlobalReassign: true}, thread, "Tiltfile", src, predeclared); err != nil {

@@ -12,23 +12,26 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=${SRC:-$ROOT}
 : "${HELM:?}" "${CHART_VERSION:?}" "${APP_VERSION:?}" "${OUT:?}"
 [ -x "$HELM" ] || { echo "error: $HELM is missing: run make tools" >&2; exit 1; }
-CHARTS="agentplane-crds status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway agentplane"
+CHARTS="agentplane-crds agentplane-lib status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway agentplane"
+# An earlier commit's tree (SRC) may lack some (the library chart came later).
+present() { for c in $CHARTS; do [ -d "$SRC/charts/$c" ] && echo "$c"; done; }
+CHARTS=$(present | tr '\n' ' ')
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-# A copy of charts/ (the one-release chart's links into it stay relative, so they point into the
-# copy) whose Chart.yaml files carry the versions; the tree's own stay as they are.
+# A copy of charts/ whose Chart.yaml files (and their dependencies) carry the versions; the
+# tree's own stay as they are. Its dependencies are built afresh from the copy.
 cp -a "$SRC/charts" "$stage/charts"
-base=$(awk '/^version:/{print $2; exit}' "$SRC/charts/agentplane/Chart.yaml")
+rm -rf "$stage"/charts/*/charts "$stage"/charts/*/Chart.lock "$stage"/charts/.deps-*
 for c in $CHARTS; do
   sed -i -E -e "s/^version: .*/version: $CHART_VERSION/" -e "s/^appVersion: .*/appVersion: \"$APP_VERSION\"/" \
-    -e "s/^(    version: )$base\$/\1$CHART_VERSION/" "$stage/charts/$c/Chart.yaml"
+    -e "s/^(    version: ).*/\1$CHART_VERSION/" "$stage/charts/$c/Chart.yaml"
 done
+CHARTS_DIR=$stage/charts HELM=$HELM "$ROOT/hack/charts-deps.sh"
 mkdir -p "$OUT"
 for c in $CHARTS; do
   rm -f "$OUT/$c-"[0-9]*.tgz
-  # Helm warns about each link it follows in the one-release chart (charts/agentplane/files).
-  "$HELM" package "$stage/charts/$c" --destination "$OUT" 2> >(grep -v "found symbolic link" >&2) >/dev/null
+  "$HELM" package "$stage/charts/$c" --destination "$OUT" >/dev/null
 done
 echo ">> charts $CHART_VERSION (appVersion $APP_VERSION) in $OUT"
 

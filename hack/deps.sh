@@ -6,7 +6,8 @@
 #            iptables (kube-proxy), ipset and conntrack, util-linux's nsenter, iproute2
 #   test     make test: cluster's, and gcc (the race detector needs cgo), jq (the README reads
 #            Jaeger's API with it), chromium (the web console's browser test) and graphviz
-#            (make generate renders docs/overview.svg; CI checks it is current)
+#            (make generate renders docs/overview.svg; CI checks it is current), yamllint and git
+#            (ct lint, the charts' lint)
 # containerd and runc come with the Docker engine the tests already need.
 set -euo pipefail
 purpose=${1:-test}
@@ -39,6 +40,8 @@ case $purpose in
     want jq jq
     want chromium chromium fonts-dejavu-core
     want dot graphviz
+    want yamllint yamllint
+    want git git
     ;;
   cluster) ;;
   *) echo "usage: hack/deps.sh up|cluster|test" >&2; exit 2 ;;

@@ -13,7 +13,7 @@
 # loopback one publishes none, as pods could not reach it anyway);
 # AGENTPLANE_APISERVER_OTLP_ENDPOINT (host:port, OTLP gRPC) makes kube-apiserver export its spans
 # there (the local Jaeger's when it runs); AGENTPLANE_ADMISSION_POLICIES=0 leaves out the admission
-# policies and the cancel switch (charts install them); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
+# policies and the cancel switch, AGENTPLANE_CRDS=0 the CRDs (charts install them); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
 # request rate to the API server (burst twice it).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -237,8 +237,12 @@ kind: Namespace
 metadata:
   name: $NAMESPACE
 EOF
-"${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/charts/agentplane-crds/crds" >/dev/null
-"${KUBECTL[@]}" wait --for condition=Established --timeout 60s -f "$ROOT/charts/agentplane-crds/crds" >/dev/null
+# The CRDs, unless a chart is to install them (make cluster-up: agentplane-crds renders them as
+# templates, and Helm takes over no object another tool made).
+if [ "${AGENTPLANE_CRDS:-1}" = 1 ]; then
+  "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/charts/agentplane-crds/files/crds" >/dev/null
+  "${KUBECTL[@]}" wait --for condition=Established --timeout 60s -f "$ROOT/charts/agentplane-crds/files/crds" >/dev/null
+fi
 # The admission policies agentplane-crds installs with its chart (a run may use only what its
 # creator may use; docs/security.md), unless a chart is to install them (make cluster-up).
 if [ "${AGENTPLANE_ADMISSION_POLICIES:-1}" = 1 ]; then

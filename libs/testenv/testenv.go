@@ -70,7 +70,7 @@ type Kube struct {
 	dir string
 }
 
-// StartKube starts etcd and kube-apiserver and installs every CRD under charts/agentplane-crds and
+// StartKube starts etcd and kube-apiserver and installs every CRD under charts/agentplane-crds/files/crds and
 // the chart's admission policies (hack/local/admission-policies.yaml).
 func StartKube() (*Kube, error) {
 	bin, err := BinDir()
@@ -89,7 +89,7 @@ func StartKube() (*Kube, error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "agentplane-crds", "crds")},
+		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "agentplane-crds", "files", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
 	k := &Kube{Kubectl: filepath.Join(bin, "kubectl"), env: env}

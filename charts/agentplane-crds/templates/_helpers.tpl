@@ -7,3 +7,13 @@
 {{- define "agentplane-crds.vars" -}}
 {{- $p := index . 0 }}{{ range $i := until (index . 1) }}{{ if $i }}, {{ end }}variables.{{ $p }}{{ $i }}{{ end }}
 {{- end }}
+
+{{/* Labels on the chart's objects. */}}
+{{- define "agentplane-crds.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: agentplane-crds
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentplane
+{{- end }}

@@ -1,66 +1,14 @@
-{{/* The shared definitions (name, fullname, labels, ...) are in _common.tpl, generated from
-charts/_shared by `make generate`. */}}
+{{/* The shared definitions (names, labels, the environment, every shared object) are in the
+library chart charts/agentplane-lib; these are what is job-gc's own. */}}
+
+{{/* What kind of service it is (agentplane-lib.parts): client. */}}
+{{- define "job-gc.parts" -}}client{{- end }}
 
 {{/*
-The container's environment, as a YAML list; containerEnv (_common.tpl) applies env.vars to it.
+The container's own environment, as a YAML list, after what every service and its parts read
+(agentplane-lib.containerEnv, which also applies env.vars).
 */}}
 {{- define "job-gc.env" -}}
-- name: POD_NAME
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.name
-- name: POD_UID
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.uid
-- name: POD_NAMESPACE
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.namespace
-- name: JANGAR_GRPC_HOST
-  value: "0.0.0.0"
-- name: JANGAR_GRPC_PORT
-  value: {{ .Values.grpc.port | int | quote }}
-- name: JANGAR_METRICS_ADDR
-  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
-- name: JANGAR_LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
-- name: JANGAR_LOG_FORMAT
-  value: {{ .Values.logFormat | quote }}
-- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
-  value: {{ include "job-gc.namespaces" . | fromJsonArray | join "," | quote }}
-{{- if .Values.serviceToken.enabled }}
-- name: JANGAR_SERVICE_TOKEN_FILE
-  value: /var/run/secrets/agentplane/token/token
-{{- end }}
-{{- if .Values.backendTLS.secretName }}
-- name: JANGAR_GRPC_CLIENT_CA_FILE
-  value: /etc/agentplane/backend-tls/ca.crt
-{{- if .Values.backendTLS.clientCertificate }}
-- name: JANGAR_GRPC_CLIENT_CERT_FILE
-  value: /etc/agentplane/backend-tls/tls.crt
-- name: JANGAR_GRPC_CLIENT_KEY_FILE
-  value: /etc/agentplane/backend-tls/tls.key
-{{- end }}
-{{- with .Values.backendTLS.serverName }}
-- name: JANGAR_GRPC_CLIENT_SERVER_NAME
-  value: {{ . | quote }}
-{{- end }}
-{{- end }}
-- name: OTEL_SERVICE_NAME
-  value: {{ .Chart.Name | quote }}
-{{- with .Values.otel.endpoint }}
-- name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ . | quote }}
-{{- end }}
-{{- with .Values.otel.protocol }}
-- name: OTEL_EXPORTER_OTLP_PROTOCOL
-  value: {{ . | quote }}
-{{- end }}
-- name: JANGAR_LEADER_ELECTION_ENABLED
-  value: {{ .Values.leaderElection.enabled | quote }}
-- name: JANGAR_LEADER_ELECTION_NAMESPACE
-  value: {{ .Release.Namespace | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_AGENTRUN_RETENTION_SECONDS
   value: {{ .Values.controller.agentRunRetentionSeconds | int64 | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS
@@ -71,10 +19,6 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.controller.holdWarningSeconds | int64 | quote }}
 - name: JANGAR_JOB_GC_WORKERS
   value: {{ .Values.controller.workers | int | quote }}
-- name: JANGAR_STATUS_WRITER_ADDR
-  value: {{ .Values.statusWriter.address | quote }}
-- name: JANGAR_EVENT_EMITTER_ADDR
-  value: {{ .Values.eventEmitter.address | quote }}
 {{- end }}
 
 {{/*
@@ -100,68 +44,38 @@ with rbac.clusterScoped).
   verbs: ["list", "watch", "delete"]
 {{- end }}
 
-{{/*
-The volumes this service mounts besides /tmp, and their mounts (the shared deployment.yaml,
-charts/_shared, includes them).
-*/}}
-{{- define "job-gc.volumeMounts" }}
-            {{- if .Values.serviceToken.enabled }}
-            - name: service-token
-              mountPath: /var/run/secrets/agentplane/token
-              readOnly: true
-            {{- end }}
-            {{- if .Values.backendTLS.secretName }}
-            - name: backend-tls
-              mountPath: /etc/agentplane/backend-tls
-              readOnly: true
-            {{- end }}
-{{- end }}
-
-{{- define "job-gc.volumes" }}
-        {{- if .Values.serviceToken.enabled }}
-        # A token for status-writer and event-emitter only (its audience), rotated by kubelet.
-        - name: service-token
-          projected:
-            sources:
-              - serviceAccountToken:
-                  path: token
-                  audience: {{ .Values.serviceToken.audience | quote }}
-                  expirationSeconds: {{ .Values.serviceToken.expirationSeconds | int }}
-        {{- end }}
-        {{- if .Values.backendTLS.secretName }}
-        - name: backend-tls
-          secret:
-            secretName: {{ .Values.backendTLS.secretName | quote }}
-        {{- end }}
-{{- end }}
+{{/* Its volumes are its parts' (the service token, the backend TLS Secret: agentplane-lib). */}}
+{{- define "job-gc.volumeMounts" }}{{ end }}
+{{- define "job-gc.volumes" }}{{ end }}
 
 {{/*
-This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+This service's own alerts (agentplane-lib.alertRules adds them to its PrometheusRule); .sel is
+the release's series selector, .runbook the runbook base URL.
 */}}
 {{- define "job-gc.alerts" -}}
 - alert: AgentplaneWorkflowJobMissing
-  expr: "sum by (namespace) (increase(agentplane_job_gc_missing_jobs_total[15m])) > 0"
+  expr: {{ printf "sum by (namespace, job, run_namespace) (increase(agentplane_job_gc_missing_jobs_total{%s}[15m])) > 0" .sel | quote }}
   for: 0m
   labels:
     severity: warning
   annotations:
     summary: "AgentRuns lost their Job (WorkflowJobMissing)"
     description: "job-gc found AgentRuns whose Job is gone before its outcome was recorded; they fail with WorkflowJobMissing after the grace period."
-    runbook_url: {{ printf "%s#agentplaneworkflowjobmissing" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+    runbook_url: {{ printf "%s#agentplaneworkflowjobmissing" .runbook | quote }}
 - alert: AgentplaneJobResultHeld
-  expr: "max(agentplane_job_gc_holds_overdue) > 0"
+  expr: {{ printf "max by (namespace, job) (agentplane_job_gc_holds_overdue{%s}) > 0" .sel | quote }}
   for: 15m
   labels:
     severity: warning
   annotations:
     summary: "Jobs held by the job-result finalizer past their warning time"
     description: "job-gc keeps finished or deleted Jobs whose outcome their AgentRun has not recorded longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS; they are not removed (and block namespace deletion) until it is."
-    runbook_url: {{ printf "%s#agentplanejobresultheld" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+    runbook_url: {{ printf "%s#agentplanejobresultheld" .runbook | quote }}
 {{- end }}
 
 {{/*
-This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
-scrape job's label selector.
+This service's own panels in its Grafana dashboard (agentplane-lib.dashboardJSON); .sel is the
+release's series selector.
 */}}
 {{- define "job-gc.dashboardPanels" -}}
 - title: "Holds released/s by why"

@@ -1,92 +1,22 @@
-{{/* The shared definitions (name, fullname, labels, ...) are in _common.tpl, generated from
-charts/_shared by `make generate`. */}}
+{{/* The shared definitions (names, labels, the environment, every shared object) are in the
+library chart charts/agentplane-lib; these are what is run-controller's own. */}}
+
+{{/* What kind of service it is (agentplane-lib.parts): client. */}}
+{{- define "run-controller.parts" -}}client{{- end }}
 
 {{/*
-The container's environment, as a YAML list; containerEnv (_common.tpl) applies env.vars to it.
+The container's own environment, as a YAML list, after what every service and its parts read
+(agentplane-lib.containerEnv, which also applies env.vars).
 */}}
 {{- define "run-controller.env" -}}
-- name: POD_NAME
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.name
-- name: POD_UID
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.uid
-- name: POD_NAMESPACE
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.namespace
-- name: JANGAR_GRPC_HOST
-  value: "0.0.0.0"
-- name: JANGAR_GRPC_PORT
-  value: {{ .Values.grpc.port | int | quote }}
-- name: JANGAR_METRICS_ADDR
-  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
-- name: JANGAR_LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
-- name: JANGAR_LOG_FORMAT
-  value: {{ .Values.logFormat | quote }}
-- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
-  value: {{ include "run-controller.namespaces" . | fromJsonArray | join "," | quote }}
-{{- if .Values.serviceToken.enabled }}
-- name: JANGAR_SERVICE_TOKEN_FILE
-  value: /var/run/secrets/agentplane/token/token
-{{- end }}
-{{- if .Values.backendTLS.secretName }}
-- name: JANGAR_GRPC_CLIENT_CA_FILE
-  value: /etc/agentplane/backend-tls/ca.crt
-{{- if .Values.backendTLS.clientCertificate }}
-- name: JANGAR_GRPC_CLIENT_CERT_FILE
-  value: /etc/agentplane/backend-tls/tls.crt
-- name: JANGAR_GRPC_CLIENT_KEY_FILE
-  value: /etc/agentplane/backend-tls/tls.key
-{{- end }}
-{{- with .Values.backendTLS.serverName }}
-- name: JANGAR_GRPC_CLIENT_SERVER_NAME
-  value: {{ . | quote }}
-{{- end }}
-{{- end }}
-- name: OTEL_SERVICE_NAME
-  value: {{ .Chart.Name | quote }}
-{{- with .Values.otel.endpoint }}
-- name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ . | quote }}
-{{- end }}
-{{- with .Values.otel.protocol }}
-- name: OTEL_EXPORTER_OTLP_PROTOCOL
-  value: {{ . | quote }}
-{{- end }}
-{{- if .Values.leaderElection.enabled }}
-{{- $le := .Values.leaderElection }}
-{{- $lease := include "run-controller.durationMs" $le.leaseDuration | float64 }}
-{{- $renew := include "run-controller.durationMs" $le.renewDeadline | float64 }}
-{{- $retry := include "run-controller.durationMs" $le.retryPeriod | float64 }}
-{{- if not (and (gt $lease $renew) (gt $renew $retry) (gt $retry 0.0)) }}
-{{- fail (printf "leaderElection needs leaseDuration > renewDeadline > retryPeriod > 0 (got %s, %s, %s); run-controller refuses anything else" $le.leaseDuration $le.renewDeadline $le.retryPeriod) }}
-{{- end }}
-{{- end }}
-- name: JANGAR_LEADER_ELECTION_ENABLED
-  value: {{ .Values.leaderElection.enabled | quote }}
-- name: JANGAR_LEADER_ELECTION_NAMESPACE
-  value: {{ .Release.Namespace | quote }}
-- name: JANGAR_LEADER_ELECTION_LEASE_DURATION
-  value: {{ .Values.leaderElection.leaseDuration | quote }}
-- name: JANGAR_LEADER_ELECTION_RENEW_DEADLINE
-  value: {{ .Values.leaderElection.renewDeadline | quote }}
-- name: JANGAR_LEADER_ELECTION_RETRY_PERIOD
-  value: {{ .Values.leaderElection.retryPeriod | quote }}
 - name: JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS
   value: {{ (ternary .Values.controller.jobTtlSecondsAfterFinished .Values.controller.jobTTLSeconds (kindIs "invalid" .Values.controller.jobTTLSeconds)) | int64 | quote }}
 - name: JANGAR_AGENT_RUNNER_JOB_FINALIZER_ENABLED
-  {{- if not (kindIs "bool" .Values.controller.jobResultFinalizer) }}
-  {{- fail "run-controller: set controller.jobResultFinalizer: true when job-gc is installed for the same namespaces (it releases the agents.proompteng.ai/job-result finalizer once a Job's outcome is recorded), false when it is not (nothing else would release it: held Jobs are never removed and block namespace deletion)" }}
-  {{- end }}
-  value: {{ .Values.controller.jobResultFinalizer | quote }}
+  value: {{ include "run-controller.jobResultFinalizer" . | quote }}
 - name: JANGAR_AGENTS_CONTROLLER_WORKERS
   value: {{ .Values.controller.workers | int | quote }}
 - name: JANGAR_AGENT_IMAGE
-  value: {{ .Values.runtime.agentImage | default (printf "%sagentplane/agent:%s" (ternary "" (printf "%s/" .Values.image.registry) (empty .Values.image.registry)) (.Values.image.tag | default .Chart.AppVersion)) | quote }}
+  value: {{ include "run-controller.agentImage" . | quote }}
 {{- range $k, $env := dict "namespace" "NAMESPACE" "agent" "AGENT" "cluster" "CLUSTER" }}
 - name: JANGAR_AGENTS_CONTROLLER_CONCURRENCY_{{ $env }}
   value: {{ index $.Values.controller.concurrency $k | int | quote }}
@@ -105,22 +35,29 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 {{- end }}
 - name: JANGAR_AGENTS_CONTROLLER_UNRECORDED_RUNS
   value: {{ .Values.controller.admissionPolicy.unrecordedRuns | quote }}
-- name: JANGAR_STATUS_WRITER_ADDR
-  value: {{ .Values.statusWriter.address | quote }}
-- name: JANGAR_EVENT_EMITTER_ADDR
-  value: {{ .Values.eventEmitter.address | quote }}
 {{- end }}
 
 {{/*
-A duration value (the schema's pattern: numbers with ms, s, m or h, as in "1m30s") in milliseconds.
+Whether run-controller holds its Jobs for job-gc (controller.jobResultFinalizer): the value given;
+in the agentplane chart, when none is, true (job-gc is in the release unless left out, which that
+chart then refuses without a choice here); else the operator must choose.
 */}}
-{{- define "run-controller.durationMs" -}}
-{{- $total := 0.0 }}
-{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h)" . -1 }}
-{{- $unit := regexFind "(ms|s|m|h)$" . }}
-{{- $total = addf $total (mulf (trimSuffix $unit . | float64) (get (dict "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0) $unit)) }}
+{{- define "run-controller.jobResultFinalizer" -}}
+{{- $v := .Values.controller.jobResultFinalizer }}
+{{- if kindIs "bool" $v }}{{ $v }}
+{{- else if include "agentplane-lib.inUmbrella" . }}true
+{{- else }}
+{{- fail "run-controller: set controller.jobResultFinalizer: true when job-gc is installed for the same namespaces (it releases the agents.proompteng.ai/job-result finalizer once a Job's outcome is recorded), false when it is not (nothing else would release it: held Jobs are never removed and block namespace deletion)" }}
 {{- end }}
-{{- $total }}
+{{- end }}
+
+{{/*
+The image of runs that name none (neither the run nor its Agent): runtime.agentImage, else the
+project's example agent from the registry of the chart's images, with their tag.
+*/}}
+{{- define "run-controller.agentImage" -}}
+{{- $registry := include "agentplane-lib.registry" . }}
+{{- .Values.runtime.agentImage | default (printf "%sagentplane/agent:%s" (ternary (printf "%s/" $registry) "" (ne $registry "")) (.Values.image.tag | default .Chart.AppVersion)) }}
 {{- end }}
 
 {{/*
@@ -155,7 +92,7 @@ with rbac.clusterScoped).
 # holds an earlier install left on the Jobs of finished or deleted runs (nothing else would).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: {{ ternary (list "get" "list" "watch" "create") (list "get" "list" "watch" "create" "patch") (eq (toString .Values.controller.jobResultFinalizer) "true") | toJson }}
+  verbs: {{ ternary (list "get" "list" "watch" "create") (list "get" "list" "watch" "create" "patch") (eq (include "run-controller.jobResultFinalizer" .) "true") | toJson }}
 # See when a run's pod runs.
 - apiGroups: [""]
   resources: ["pods"]
@@ -166,59 +103,29 @@ with rbac.clusterScoped).
   verbs: ["get"]
 {{- end }}
 
-{{/*
-The volumes this service mounts besides /tmp, and their mounts (the shared deployment.yaml,
-charts/_shared, includes them).
-*/}}
-{{- define "run-controller.volumeMounts" }}
-            {{- if .Values.serviceToken.enabled }}
-            - name: service-token
-              mountPath: /var/run/secrets/agentplane/token
-              readOnly: true
-            {{- end }}
-            {{- if .Values.backendTLS.secretName }}
-            - name: backend-tls
-              mountPath: /etc/agentplane/backend-tls
-              readOnly: true
-            {{- end }}
-{{- end }}
-
-{{- define "run-controller.volumes" }}
-        {{- if .Values.serviceToken.enabled }}
-        # A token for status-writer and event-emitter only (its audience), rotated by kubelet.
-        - name: service-token
-          projected:
-            sources:
-              - serviceAccountToken:
-                  path: token
-                  audience: {{ .Values.serviceToken.audience | quote }}
-                  expirationSeconds: {{ .Values.serviceToken.expirationSeconds | int }}
-        {{- end }}
-        {{- if .Values.backendTLS.secretName }}
-        - name: backend-tls
-          secret:
-            secretName: {{ .Values.backendTLS.secretName | quote }}
-        {{- end }}
-{{- end }}
+{{/* Its volumes are its parts' (the service token, the backend TLS Secret: agentplane-lib). */}}
+{{- define "run-controller.volumeMounts" }}{{ end }}
+{{- define "run-controller.volumes" }}{{ end }}
 
 {{/*
-This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+This service's own alerts (agentplane-lib.alertRules adds them to its PrometheusRule); .sel is
+the release's series selector, .runbook the runbook base URL.
 */}}
 {{- define "run-controller.alerts" -}}
 - alert: AgentplaneReconcileErrors
-  expr: "sum by (kind) (rate(agentplane_run_controller_reconcile_errors_total[5m])) > 0.1"
+  expr: {{ printf "sum by (namespace, job, kind) (rate(agentplane_run_controller_reconcile_errors_total{%s}[5m])) > 0.1" .sel | quote }}
   for: 15m
   labels:
     severity: warning
   annotations:
     summary: "run-controller keeps failing reconciles"
     description: "run-controller has retried failing reconciles for 15 minutes: runs are not progressing."
-    runbook_url: {{ printf "%s#agentplanereconcileerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+    runbook_url: {{ printf "%s#agentplanereconcileerrors" .runbook | quote }}
 {{- end }}
 
 {{/*
-This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
-scrape job's label selector.
+This service's own panels in its Grafana dashboard (agentplane-lib.dashboardJSON); .sel is the
+release's series selector.
 */}}
 {{- define "run-controller.dashboardPanels" -}}
 - title: "Runs by phase"

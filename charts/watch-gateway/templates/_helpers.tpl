@@ -1,49 +1,19 @@
-{{/* The shared definitions (name, fullname, labels, ...) are in _common.tpl, generated from
-charts/_shared by `make generate`. */}}
+{{/* The shared definitions (names, labels, the environment, every shared object) are in the
+library chart charts/agentplane-lib; these are what is watch-gateway's own. */}}
+
+{{/* What kind of service it is (agentplane-lib.parts): redis. */}}
+{{- define "watch-gateway.parts" -}}redis{{- end }}
 
 {{/*
-The container's environment, as a YAML list; containerEnv (_common.tpl) applies env.vars to it.
+The container's own environment, as a YAML list, after what every service and its parts read
+(agentplane-lib.containerEnv, which also applies env.vars).
 */}}
 {{- define "watch-gateway.env" -}}
-- name: POD_NAME
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.name
-- name: POD_UID
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.uid
-- name: POD_NAMESPACE
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.namespace
-- name: JANGAR_GRPC_HOST
-  value: {{ include "watch-gateway.bindHost" . | quote }}
-- name: JANGAR_GRPC_PORT
-  value: {{ .Values.grpc.port | int | quote }}
-- name: JANGAR_METRICS_ADDR
-  value: {{ printf "0.0.0.0:%d" (.Values.metrics.port | int) | quote }}
-- name: JANGAR_LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
-- name: JANGAR_LOG_FORMAT
-  value: {{ .Values.logFormat | quote }}
-- name: JANGAR_AGENTS_CONTROLLER_NAMESPACES
-  value: {{ include "watch-gateway.namespaces" . | fromJsonArray | join "," | quote }}
-- name: OTEL_SERVICE_NAME
-  value: {{ .Chart.Name | quote }}
-{{- with .Values.otel.endpoint }}
-- name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ . | quote }}
-{{- end }}
-{{- with .Values.otel.protocol }}
-- name: OTEL_EXPORTER_OTLP_PROTOCOL
-  value: {{ . | quote }}
-{{- end }}
 - name: JANGAR_HTTP_ADDR
   value: {{ printf "%s:%d" (include "watch-gateway.bindHost" .) (.Values.http.port | int) | quote }}
-{{- $svc := include "watch-gateway.fullname" . }}
+{{- $svc := include "agentplane-lib.fullname" . }}
 - name: JANGAR_HTTP_ALLOWED_HOSTS
-  value: {{ concat (list "localhost" $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) .Values.http.allowedHosts | join "," | quote }}
+  value: {{ concat (list "localhost" $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) (include "watch-gateway.servedHosts" . | fromJsonArray) | uniq | join "," | quote }}
 - name: JANGAR_WATCH_HEARTBEAT
   value: {{ .Values.heartbeat | quote }}
 - name: JANGAR_WATCH_DEBOUNCE
@@ -56,7 +26,7 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
 - name: JANGAR_APISERVICE_ADDR
   value: {{ printf "0.0.0.0:%d" ((.Values.apiService | default dict).port | default 8443 | int) | quote }}
 {{- end }}
-{{- if include "watch-gateway.tlsSecretName" . }}
+{{- if include "agentplane-lib.tlsSecretName" . }}
 - name: JANGAR_WATCH_TLS_CERT_FILE
   value: /etc/watch-gateway/tls/tls.crt
 - name: JANGAR_WATCH_TLS_KEY_FILE
@@ -82,7 +52,21 @@ The container's environment, as a YAML list; containerEnv (_common.tpl) applies 
   value: {{ .Values.history.retention | quote }}
 - name: JANGAR_WATCH_HISTORY_MAX_ENTRIES
   value: {{ .Values.history.maxEntries | int | quote }}
-{{- include "watch-gateway.redisEnv" . }}
+{{- end }}
+
+{{/*
+The host names the gateway is served under besides its Service's: http.allowedHosts, the
+Ingress's hosts and the HTTPRoute's hostnames (when enabled), as a JSON list.
+*/}}
+{{- define "watch-gateway.servedHosts" -}}
+{{- $out := .Values.http.allowedHosts | default list }}
+{{- if (.Values.ingress | default dict).enabled }}
+{{- range .Values.ingress.hosts }}{{ $out = append $out .host }}{{ end }}
+{{- end }}
+{{- if (.Values.httpRoute | default dict).enabled }}
+{{- $out = concat $out (.Values.httpRoute.hostnames | default list) }}
+{{- end }}
+{{- $out | uniq | toJson }}
 {{- end }}
 
 {{/*
@@ -95,7 +79,7 @@ The namespace whose runs the console and the runs stream show: the first of cont
 stream reports on, is always the release namespace.
 */}}
 {{- define "watch-gateway.runsNamespace" -}}
-{{- include "watch-gateway.namespaces" . | fromJsonArray | first }}
+{{- include "agentplane-lib.namespaces" . | fromJsonArray | first }}
 {{- end }}
 
 {{- define "watch-gateway.lsarRule" -}}
@@ -126,7 +110,7 @@ kind: APIService
 metadata:
   name: v1alpha1.gateway.agents.proompteng.ai
   labels:
-    {{- include "watch-gateway.labels" $root | nindent 4 }}
+    {{- include "agentplane-lib.labels" $root | nindent 4 }}
   {{- with .annotations }}
   annotations:
     {{- toYaml . | nindent 4 }}
@@ -141,7 +125,7 @@ spec:
   {{- end }}
   service:
     namespace: {{ $root.Release.Namespace }}
-    name: {{ include "watch-gateway.fullname" $root }}
+    name: {{ include "agentplane-lib.fullname" $root }}
     port: {{ ($root.Values.apiService | default dict).port | default 8443 | int }}
 {{- end }}
 
@@ -211,7 +195,7 @@ The volumes this service mounts besides /tmp, and their mounts (the shared deplo
 charts/_shared, includes them).
 */}}
 {{- define "watch-gateway.volumeMounts" }}
-            {{- if include "watch-gateway.tlsSecretName" . }}
+            {{- if include "agentplane-lib.tlsSecretName" . }}
             - name: tls
               mountPath: /etc/watch-gateway/tls
               readOnly: true
@@ -226,17 +210,16 @@ charts/_shared, includes them).
               mountPath: /etc/watch-gateway/console
               readOnly: true
             {{- end }}
-            {{- include "watch-gateway.redisVolumeMounts" . }}
 {{- end }}
 
 {{- define "watch-gateway.volumes" }}
-        {{- if include "watch-gateway.tlsSecretName" . }}
+        {{- if include "agentplane-lib.tlsSecretName" . }}
         - name: tls
           secret:
-            secretName: {{ include "watch-gateway.tlsSecretName" . | quote }}
+            secretName: {{ include "agentplane-lib.tlsSecretName" . | quote }}
         {{- end }}
         {{- if eq .Values.auth.mode "mtls" }}
-        {{- if not (and (include "watch-gateway.tlsSecretName" .) .Values.tls.clientCA.secretName) }}
+        {{- if not (and (include "agentplane-lib.tlsSecretName" .) .Values.tls.clientCA.secretName) }}
         {{- fail "auth.mode=mtls needs a server certificate (tls.secretName, tls.certManager.issuerRef.name or tls.generate) and tls.clientCA.secretName (the CA of client certificates)" }}
         {{- end }}
         - name: client-ca
@@ -251,27 +234,27 @@ charts/_shared, includes them).
               - key: {{ .Values.console.sessionKey.key | quote }}
                 path: {{ .Values.console.sessionKey.key | quote }}
         {{- end }}
-        {{- include "watch-gateway.redisVolumes" . }}
 {{- end }}
 
 {{/*
-This service's own alerts, added to the shared PrometheusRule (charts/_shared/prometheusrule.yaml).
+This service's own alerts (agentplane-lib.alertRules adds them to its PrometheusRule); .sel is
+the release's series selector, .runbook the runbook base URL.
 */}}
 {{- define "watch-gateway.alerts" -}}
 - alert: AgentplaneWatchStreamErrors
-  expr: "sum(rate(agentplane_watch_stream_errors_total[5m])) > 1"
+  expr: {{ printf "sum by (namespace, job) (rate(agentplane_watch_stream_errors_total{%s}[5m])) > 1" .sel | quote }}
   for: 10m
   labels:
     severity: warning
   annotations:
     summary: "Status watches keep ending in errors"
     description: "watch-gateway has ended more than one status watch per second with an error for 10 minutes: clients reconnect in a loop."
-    runbook_url: {{ printf "%s#agentplanewatchstreamerrors" .Values.metrics.prometheusRule.runbookBaseURL | quote }}
+    runbook_url: {{ printf "%s#agentplanewatchstreamerrors" .runbook | quote }}
 {{- end }}
 
 {{/*
-This service's own panels in its Grafana dashboard (charts/_shared/dashboard.yaml); .sel is the
-scrape job's label selector.
+This service's own panels in its Grafana dashboard (agentplane-lib.dashboardJSON); .sel is the
+release's series selector.
 */}}
 {{- define "watch-gateway.dashboardPanels" -}}
 - title: "Open status watches by transport"

@@ -45,6 +45,22 @@ func chart(dir string) error {
 	if err != nil {
 		return err
 	}
+	groups, err := libraryImports(filepath.Join(dir, "Chart.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(groups) > 0 {
+		lib, err := os.ReadFile(filepath.Join(dir, "..", "agentplane-lib", "values.yaml"))
+		if err != nil {
+			return err
+		}
+		shared, err := SharedTable(lib, groups)
+		if err != nil {
+			return err
+		}
+		table += "\nThe values every service chart shares (charts/agentplane-lib, its exports " + strings.Join(groups, ", ") +
+			"), the same in each chart:\n\n" + shared
+	}
 	readme := filepath.Join(dir, "README.md")
 	old, err := os.ReadFile(readme)
 	if err != nil && !os.IsNotExist(err) {
@@ -79,6 +95,66 @@ func Table(src []byte) (string, error) {
 	var pending []string
 	walk(&b, doc.Content[0], "", &pending)
 	return b.String(), nil
+}
+
+// SharedTable renders the library chart's exports.<group> of each group (their keys, at the top
+// level of the charts that import them) as a Markdown table.
+func SharedTable(lib []byte, groups []string) (string, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(lib, &doc); err != nil {
+		return "", err
+	}
+	if len(doc.Content) == 0 {
+		return "", fmt.Errorf("the library chart's values.yaml is empty")
+	}
+	exports := child(doc.Content[0], "exports")
+	if exports == nil {
+		return "", fmt.Errorf("the library chart's values.yaml has no exports")
+	}
+	var b strings.Builder
+	b.WriteString("| Key | Default | Description |\n|---|---|---|\n")
+	for _, g := range groups {
+		n := child(exports, g)
+		if n == nil {
+			return "", fmt.Errorf("the library chart exports no %s", g)
+		}
+		var pending []string
+		walk(&b, n, "", &pending)
+	}
+	return b.String(), nil
+}
+
+func child(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// libraryImports lists what the chart at path imports from the library chart (its
+// import-values), or nothing.
+func libraryImports(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c struct {
+		Dependencies []struct {
+			Name         string   `yaml:"name"`
+			ImportValues []string `yaml:"import-values"`
+		} `yaml:"dependencies"`
+	}
+	if err := yaml.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, d := range c.Dependencies {
+		if d.Name == "agentplane-lib" {
+			return d.ImportValues, nil
+		}
+	}
+	return nil, nil
 }
 
 // walk writes a row per leaf under n. pending holds the comments of the maps being entered; they

@@ -39,3 +39,32 @@ extra: {}
 		t.Error("a broken values file gave no error")
 	}
 }
+
+func TestSharedTableRendersTheImportedExports(t *testing.T) {
+	lib := []byte(`exports:
+  defaults:
+    # How many.
+    replicaCount: 1
+  server:
+    auth:
+      # Who may call.
+      mode: token
+  unused:
+    other: 1
+`)
+	got, err := SharedTable(lib, []string{"defaults", "server"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| `replicaCount` | `1` | How many. |", "| `auth.mode` | `\"token\"` | Who may call. |"} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("missing row %s in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "other") {
+		t.Errorf("a group the chart does not import is in its table:\n%s", got)
+	}
+	if _, err := SharedTable(lib, []string{"nope"}); err == nil {
+		t.Error("an export the library does not have gave no error")
+	}
+}
