@@ -150,8 +150,9 @@ func TestCancelOffMeansOff(t *testing.T) {
 		if got := switches(); len(got) != 2 {
 			t.Errorf("default install: cancel switch objects %v, want a Role and a RoleBinding", got)
 		}
-		for _, flags := range [][]string{{"--set", "cancel-propagator.enabled=false"}, {"--set", "controllers.enabled=false"},
-			{"--set", "cancel-propagator.cancel.enabled=false"}, {"--set", "controllers.env.vars.JANGAR_ORCHESTRATION_CANCEL_ENABLED=off"}} {
+		for _, flags := range [][]string{{"--set", "cancel-propagator.enabled=false"}, {"--set", "global.controllers.enabled=false"},
+			{"--set", "cancel-propagator.cancel.enabled=false"}, {"--set", "global.controllers.env.vars.JANGAR_ORCHESTRATION_CANCEL_ENABLED=off"},
+			{"--set", "cancel-propagator.controllers.env.vars.JANGAR_ORCHESTRATION_CANCEL_ENABLED=off"}} {
 			if got := switches(flags...); len(got) != 0 {
 				t.Errorf("%v: cancel switch objects %v, want none", flags, got)
 			}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,7 +195,7 @@ func TestDashboardsAreOnePerRelease(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v\n%s", where, err, stderr)
 				}
-				cms := dashboardConfigMaps(byKindDocs(t, stdout))
+				cms := dashboardConfigMaps(slices.Collect(maps.Values(byName(t, stdout))))
 				if len(cms) != 1 {
 					t.Fatalf("%s: %d dashboard ConfigMaps", where, len(cms))
 				}
@@ -244,20 +245,4 @@ func TestDashboardsAreOnePerRelease(t *testing.T) {
 	if !slices.Contains([]int{len(serviceCharts) * 4}, len(uids)) {
 		t.Errorf("%d distinct dashboards, want %d", len(uids), len(serviceCharts)*4)
 	}
-}
-
-// byKindDocs parses rendered YAML into objects.
-func byKindDocs(t *testing.T, out string) []map[string]any {
-	t.Helper()
-	var objs []map[string]any
-	for _, doc := range docSeparator.Split(out, -1) {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatal(err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, m)
-		}
-	}
-	return objs
 }

@@ -35,6 +35,8 @@ var patternEdges = map[string][]string{
 	`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`:                                      {"0s", "1ns", "1h"},
 	`^(rediss?://[^@/]+(/[0-9]+)?)?$`:                                                {"", "rediss://127.0.0.1:1/15"},
 	`^.+:[0-9]{1,5}$`:                                                                {"x:0", "x:99999"},
+	`^(.+:[0-9]{1,5})?$`:                                                             {"", "x:0", "x:99999"},
+	`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`:                                            {"", "a", "a.b-c"},
 	`^(([1-9]|[1-9][0-9]|1[0-5][0-9]|16[0-8])h|[1-9][0-9]{0,3}m)$`:                   {"1m", "9999m", "168h"},
 	`^(([1-9][0-9]{0,2}|1[0-9]{3}|20[0-9]{2}|21[0-5][0-9]|2160)h|[1-9][0-9]{0,3}m)$`: {"1m", "9999m", "2160h"},
 }
@@ -123,7 +125,7 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 		for _, b := range schemaBoundaries(t, root, chart) {
 			t.Run(chart+"/"+b.String(), func(t *testing.T) {
 				flags := append(append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", "bounds", "--kube-version", renderKubeVersion,
-					"--show-only", "templates/deployment.yaml"}, operatorChoices[chart]...), "--set-json", b.String())
+					"--show-only", "templates/agentplane.yaml"}, operatorChoices[chart]...), "--set-json", b.String())
 				// Ports other than the one under test are free ones, so that the binary can bind them,
 				// and distinct: the kernel may hand the same free port out twice in a row (CI once
 				// gave metrics and http both 45115).
@@ -166,6 +168,12 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 							} `json:"spec"`
 						} `json:"template"`
 					} `json:"spec"`
+				}
+				// The shared objects (templates/agentplane.yaml, from the library chart): the Deployment.
+				for _, doc := range docSeparator.Split(stdout, -1) {
+					if strings.Contains(doc, "\nkind: Deployment\n") {
+						stdout = doc
+					}
 				}
 				if err := yaml.Unmarshal([]byte(stdout), &d); err != nil || len(d.Spec.Template.Spec.Containers) == 0 {
 					t.Fatalf("parse the Deployment: %v\n%s", err, stdout)

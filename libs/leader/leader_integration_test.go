@@ -53,9 +53,31 @@ func holder(l *coordinationv1.Lease) string {
 	return *l.Spec.HolderIdentity
 }
 
+// leaderCount is the work of candidates that counts how many lead at once: each says on started
+// that it began, and holds until its context ends.
+type leaderCount struct {
+	leading, most atomic.Int32
+	started      chan string
+}
+
+func (l *leaderCount) work(id string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		n := l.leading.Add(1)
+		for {
+			m := l.most.Load()
+			if n <= m || l.most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		l.started <- id
+		<-ctx.Done()
+		l.leading.Add(-1)
+	}
+}
+
 func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
-	var leading, maxLeading atomic.Int32
-	started := make(chan string, 2)
+	leaders := &leaderCount{started: make(chan string, 2)}
+	started := leaders.started
 	requests := map[string]*atomic.Int64{"a": {}, "b": {}}
 	clients := map[string]kubernetes.Interface{"a": leaseRequests(t, requests["a"]), "b": leaseRequests(t, requests["b"])}
 	candidate := func(ctx context.Context, id string, wg *sync.WaitGroup) {
@@ -63,18 +85,7 @@ func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 		err := Run(ctx, clients[id], Config{
 			Namespace: "default", Name: "test-lock", Identity: id,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		}, func(ctx context.Context) {
-			n := leading.Add(1)
-			for {
-				m := maxLeading.Load()
-				if n <= m || maxLeading.CompareAndSwap(m, n) {
-					break
-				}
-			}
-			started <- id
-			<-ctx.Done()
-			leading.Add(-1)
-		})
+		}, leaders.work(id))
 		if err != nil {
 			t.Errorf("%s: %v", id, err)
 		}
@@ -161,8 +172,8 @@ func TestOneLeaderAtATimeAndHandOverOnShutdown(t *testing.T) {
 	}
 	cancels[second]()
 	wg.Wait()
-	if maxLeading.Load() != 1 {
-		t.Fatalf("%d candidates led at once", maxLeading.Load())
+	if leaders.most.Load() != 1 {
+		t.Fatalf("%d candidates led at once", leaders.most.Load())
 	}
 }
 
@@ -201,8 +212,8 @@ func TestRunWaitsForTheLeadersWorkToReturn(t *testing.T) {
 // while the old one leads, one of them takes over when it stops, and a late old replica then
 // waits in turn. Without the pair (Name alone) a new replica would lead at once beside the old.
 func TestAnEarlierReleasesReplicaAndANewOneNeverLeadAtOnce(t *testing.T) {
-	var leading, maxLeading atomic.Int32
-	started := make(chan string, 4)
+	leaders := &leaderCount{started: make(chan string, 4)}
+	started := leaders.started
 	requests := map[string]*atomic.Int64{"old-1": {}, "new-1": {}, "new-2": {}, "old-2": {}}
 	ctxs, cancels := map[string]context.Context{}, map[string]context.CancelFunc{}
 	for id := range requests {
@@ -220,18 +231,7 @@ func TestAnEarlierReleasesReplicaAndANewOneNeverLeadAtOnce(t *testing.T) {
 		}
 		go func() {
 			defer wg.Done()
-			err := Run(ctxs[id], leaseRequests(t, requests[id]), cfg, func(ctx context.Context) {
-				n := leading.Add(1)
-				for {
-					m := maxLeading.Load()
-					if n <= m || maxLeading.CompareAndSwap(m, n) {
-						break
-					}
-				}
-				started <- id
-				<-ctx.Done()
-				leading.Add(-1)
-			})
+			err := Run(ctxs[id], leaseRequests(t, requests[id]), cfg, leaders.work(id))
 			if err != nil {
 				t.Errorf("%s: %v", id, err)
 			}
@@ -291,7 +291,7 @@ func TestAnEarlierReleasesReplicaAndANewOneNeverLeadAtOnce(t *testing.T) {
 		cancels[id]()
 	}
 	wg.Wait()
-	if maxLeading.Load() != 1 {
-		t.Fatalf("%d candidates led at once", maxLeading.Load())
+	if leaders.most.Load() != 1 {
+		t.Fatalf("%d candidates led at once", leaders.most.Load())
 	}
 }

@@ -19,23 +19,8 @@ here, saying why (agentplane-lib.seedChecks).
 */}}
 {{- define "agentplane-lib.containerEnv" -}}
 {{- $g := .Values.global | default dict }}
-{{- $sideKey := ternary "controlPlane" "controllers" (hasKey .Values "controlPlane") }}
-{{- $globalVars := deepCopy (dig "env" "vars" dict $g) }}
-{{- $globalVars = mergeOverwrite $globalVars (deepCopy (dig $sideKey "env" "vars" dict $g)) }}
-{{- $ownVars := deepCopy ((.Values.env | default dict).vars | default dict) }}
-{{- $ownVars = mergeOverwrite $ownVars (deepCopy (dig "env" "vars" dict (index .Values $sideKey | default dict))) }}
-{{- include "agentplane-lib.seedChecks" (dict "Values" .Values "vars" (merge (deepCopy $ownVars) $globalVars) "chart" .Chart.Name) }}
 {{- $readers := include "agentplane-lib.readers" . | fromYaml }}
-{{- $vars := dict }}
-{{- range $name, $value := $globalVars }}
-{{- if include "agentplane-lib.reads" (dict "readers" $readers "chart" $.Chart.Name "name" $name) }}
-{{- $_ := set $vars $name $value }}
-{{- end }}
-{{- end }}
-{{- range $name, $value := $ownVars }}
-{{- include "agentplane-lib.refuseUnread" (dict "readers" $readers "chart" $.Chart.Name "name" $name "where" "env.vars") }}
-{{- $_ := set $vars $name $value }}
-{{- end }}
+{{- $vars := include "agentplane-lib.givenVars" . | fromJson }}
 {{- $extra := list }}
 {{- range ($g.extraEnv | default list) }}
 {{- if include "agentplane-lib.reads" (dict "readers" $readers "chart" $.Chart.Name "name" .name) }}
@@ -78,6 +63,33 @@ here, saying why (agentplane-lib.seedChecks).
 {{- end }}
 {{- end }}
 {{- toYaml $env }}
+{{- end }}
+
+{{/*
+givenVars: the variables given by name (step 2 above) that this service gets, as JSON (name to
+value): the global ones it reads, then its own (each refused when it does not read it). A chart's
+own templates read a setting's effective value here (cancel-propagator's cancel switch).
+*/}}
+{{- define "agentplane-lib.givenVars" -}}
+{{- $g := .Values.global | default dict }}
+{{- $sideKey := ternary "controlPlane" "controllers" (hasKey .Values "controlPlane") }}
+{{- $globalVars := deepCopy (dig "env" "vars" dict $g) }}
+{{- $globalVars = mergeOverwrite $globalVars (deepCopy (dig $sideKey "env" "vars" dict $g)) }}
+{{- $ownVars := deepCopy ((.Values.env | default dict).vars | default dict) }}
+{{- $ownVars = mergeOverwrite $ownVars (deepCopy (dig "env" "vars" dict (index .Values $sideKey | default dict))) }}
+{{- include "agentplane-lib.seedChecks" (dict "Values" .Values "vars" (merge (deepCopy $ownVars) $globalVars) "chart" .Chart.Name) }}
+{{- $readers := include "agentplane-lib.readers" . | fromYaml }}
+{{- $vars := dict }}
+{{- range $name, $value := $globalVars }}
+{{- if include "agentplane-lib.reads" (dict "readers" $readers "chart" $.Chart.Name "name" $name) }}
+{{- $_ := set $vars $name $value }}
+{{- end }}
+{{- end }}
+{{- range $name, $value := $ownVars }}
+{{- include "agentplane-lib.refuseUnread" (dict "readers" $readers "chart" $.Chart.Name "name" $name "where" "env.vars") }}
+{{- $_ := set $vars $name $value }}
+{{- end }}
+{{- toJson $vars }}
 {{- end }}
 
 {{/*

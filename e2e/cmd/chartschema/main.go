@@ -18,7 +18,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"sigs.k8s.io/yaml"
+	"github.com/agentplane/agentplane/e2e/cmd/internal/chartyaml"
 )
 
 type schema = map[string]any
@@ -54,9 +54,12 @@ func Render(dir, chart string) ([]byte, error) {
 	if err := readJSON(filepath.Join(dir, chart, "values.own.schema.json"), &own); err != nil {
 		return nil, err
 	}
-	groups, err := imports(filepath.Join(dir, chart, "Chart.yaml"))
+	groups, ok, err := chartyaml.LibraryImports(filepath.Join(dir, chart, "Chart.yaml"))
 	if err != nil {
 		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("charts/%s has no agentplane-lib dependency", chart)
 	}
 	props := schema{"global": lib.Global}
 	for _, g := range groups {
@@ -121,29 +124,6 @@ func merge(a, b any) any {
 		out["properties"] = props
 	}
 	return out
-}
-
-// imports lists the exports chart's Chart.yaml imports from agentplane-lib.
-func imports(path string) ([]string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var c struct {
-		Dependencies []struct {
-			Name         string   `json:"name"`
-			ImportValues []string `json:"import-values"`
-		} `json:"dependencies"`
-	}
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, d := range c.Dependencies {
-		if d.Name == "agentplane-lib" {
-			return d.ImportValues, nil
-		}
-	}
-	return nil, fmt.Errorf("%s has no agentplane-lib dependency", path)
 }
 
 func readJSON(path string, v any) error {

@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/agentplane/agentplane/e2e/cmd/internal/chartyaml"
 )
 
 const (
@@ -45,7 +47,7 @@ func chart(dir string) error {
 	if err != nil {
 		return err
 	}
-	groups, err := libraryImports(filepath.Join(dir, "Chart.yaml"))
+	groups, _, err := chartyaml.LibraryImports(filepath.Join(dir, "Chart.yaml"))
 	if err != nil {
 		return err
 	}
@@ -131,30 +133,6 @@ func child(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
-}
-
-// libraryImports lists what the chart at path imports from the library chart (its
-// import-values), or nothing.
-func libraryImports(path string) ([]string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var c struct {
-		Dependencies []struct {
-			Name         string   `yaml:"name"`
-			ImportValues []string `yaml:"import-values"`
-		} `yaml:"dependencies"`
-	}
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, d := range c.Dependencies {
-		if d.Name == "agentplane-lib" {
-			return d.ImportValues, nil
-		}
-	}
-	return nil, nil
 }
 
 // walk writes a row per leaf under n. pending holds the comments of the maps being entered; they
