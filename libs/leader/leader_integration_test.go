@@ -57,7 +57,7 @@ func holder(l *coordinationv1.Lease) string {
 // that it began, and holds until its context ends.
 type leaderCount struct {
 	leading, most atomic.Int32
-	started      chan string
+	started       chan string
 }
 
 func (l *leaderCount) work(id string) func(ctx context.Context) {
