@@ -45,21 +45,42 @@ func ReleasePatch(j *batchv1.Job) ([]byte, error) {
 	})
 }
 
+// Held lists the run-controller Jobs in namespace (metav1.NamespaceAll for all) that carry the
+// hold, by namespace and name.
+func Held(ctx context.Context, kc kubernetes.Interface, namespace string) ([]batchv1.Job, error) {
+	list, err := kc.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector})
+	if err != nil {
+		return nil, fmt.Errorf("list Jobs: %w", err)
+	}
+	var held []batchv1.Job
+	for _, j := range list.Items {
+		if Index(&j) >= 0 {
+			held = append(held, j)
+		}
+	}
+	return held, nil
+}
+
 // ReleaseAll removes the hold from every run-controller Job in namespace (metav1.NamespaceAll for
 // all), with ReleasePatch as fieldManager, calling released for each Job it released. A Job whose
 // finalizers changed since it was listed is read again (up to three times); one gone is skipped.
+// dryRun sends each patch as a server-side dry run (the API server checks it, nothing changes).
 // It returns how many it released, and stops at the first other error.
-func ReleaseAll(ctx context.Context, kc kubernetes.Interface, namespace, fieldManager string, released func(*batchv1.Job)) (int, error) {
+func ReleaseAll(ctx context.Context, kc kubernetes.Interface, namespace, fieldManager string, dryRun bool, released func(*batchv1.Job)) (int, error) {
 	list, err := kc.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector})
 	if err != nil {
 		return 0, fmt.Errorf("list Jobs: %w", err)
+	}
+	opts := metav1.PatchOptions{FieldManager: fieldManager}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	n := 0
 	for i := range list.Items {
 		j := &list.Items[i]
 		for attempt := 0; Index(j) >= 0; attempt++ {
 			patch, _ := ReleasePatch(j)
-			_, err = kc.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+			_, err = kc.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, opts)
 			if err == nil {
 				n++
 				released(j)

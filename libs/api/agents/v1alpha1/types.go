@@ -169,6 +169,7 @@ type AgentRun struct {
 // +kubebuilder:validation:XValidation:rule="has(self.vcsPolicy) == has(oldSelf.vcsPolicy) && (!has(self.vcsPolicy) || self.vcsPolicy == oldSelf.vcsPolicy)",message="spec.vcsPolicy cannot change once the run is created (only spec.cancel can): create a new run"
 // +kubebuilder:validation:XValidation:rule="has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && (!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",message="spec.idempotencyKey cannot change once the run is created (only spec.cancel can): create a new run"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.retryOf) == has(oldSelf.retryOf) && (!has(self.retryOf) || self.retryOf == oldSelf.retryOf)",message="spec.retryOf cannot change once the run is created (only spec.cancel can): create a new run"
 type AgentRunSpec struct {
 	AgentRef LocalRef `json:"agentRef"`
 	// +optional
@@ -203,6 +204,11 @@ type AgentRunSpec struct {
 	// finished keeps its phase. Once true it cannot be set back.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
+	// RetryOf names the finished AgentRun of the same namespace that this run retries (agentctl
+	// retry). It is a record of where the run came from: the run runs as any other.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	RetryOf string `json:"retryOf,omitempty"`
 }
 
 // InlineImplementation carries an implementation in the run itself.

@@ -1,5 +1,11 @@
 package v1alpha1
 
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
+
 // Labels, annotations and the finalizer that run-controller puts on what it creates. job-gc and
 // cancel-propagator find a run's Jobs and an OrchestrationRun's AgentRuns by them.
 const (
@@ -41,7 +47,24 @@ const (
 	// OrchestrationRun's steps): the admission policies' user checks do not apply to it.
 	VerbDelegate = "delegate"
 
+	// AnnotationResubmitOf, on an AgentRun or an OrchestrationRun, names the run of the same
+	// namespace it is a copy of (agentctl resubmit: the whole run again). A retry records where it
+	// came from in spec.retryOf instead, which run-controller acts on.
+	AnnotationResubmitOf = "agents.proompteng.ai/resubmit-of"
+
 	AnnotationSimulatePrefix   = "agentplane.dev/simulate-"
 	AnnotationSimulateDuration = AnnotationSimulatePrefix + "duration"
 	AnnotationSimulateExitCode = AnnotationSimulatePrefix + "exit-code"
 )
+
+// LabelValue is how run-controller writes a name into the labels above: the name itself when it
+// is a valid label value (at most 63 characters), else cut to 54 and given a hash of the whole,
+// so a selector on the label finds exactly that name's objects.
+func LabelValue(name string) string {
+	if len(name) <= 63 {
+		return name
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("%s-%08x", strings.TrimRight(name[:54], "-._"), h.Sum32())
+}

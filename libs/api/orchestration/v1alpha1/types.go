@@ -113,6 +113,7 @@ type OrchestrationRun struct {
 // +kubebuilder:validation:XValidation:rule="has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters)",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
 // +kubebuilder:validation:XValidation:rule="has(self.deliveryId) == has(oldSelf.deliveryId) && (!has(self.deliveryId) || self.deliveryId == oldSelf.deliveryId)",message="spec.deliveryId cannot change once the run is created (only spec.cancel can): create a new run"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="has(self.retryOf) == has(oldSelf.retryOf) && (!has(self.retryOf) || self.retryOf == oldSelf.retryOf)",message="spec.retryOf cannot change once the run is created (only spec.cancel can): create a new run"
 type OrchestrationRunSpec struct {
 	OrchestrationRef NameRef `json:"orchestrationRef"`
 	// +optional
@@ -129,6 +130,14 @@ type OrchestrationRunSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// RetryOf names a finished OrchestrationRun of the same namespace and Orchestration that this
+	// run retries (agentctl retry): each step that succeeded there is recorded Succeeded here,
+	// pointing at that step's AgentRun, and does not run again; the other steps run. run-controller
+	// fails the run (InvalidSpec) if the named run is of another Orchestration, has not finished, or
+	// does not exist when this one starts.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	RetryOf string `json:"retryOf,omitempty"`
 }
 
 // OrchestrationRunStatus is the observed state of an OrchestrationRun, written only by

@@ -47,7 +47,7 @@ func ReleaseHolds(ctx context.Context, env *config.Env, stdout, stderr io.Writer
 	defer cancel()
 	total := 0
 	for _, ns := range namespaces {
-		n, err := jobresult.ReleaseAll(ctx, kc, ns, "agentplane-job-gc", func(j *batchv1.Job) {
+		n, err := jobresult.ReleaseAll(ctx, kc, ns, "agentplane-job-gc", false, func(j *batchv1.Job) {
 			fmt.Fprintf(stdout, "released job/%s -n %s\n", j.Name, j.Namespace)
 		})
 		total += n

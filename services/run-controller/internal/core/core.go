@@ -242,9 +242,4 @@ func Shorten(s string, n int) string {
 
 // LabelValue is s when it is a valid label value; longer names are cut and given a hash, so the
 // label still tells runs apart (the owner reference stays authoritative).
-func LabelValue(s string) string {
-	if len(s) <= 63 {
-		return s
-	}
-	return strings.TrimRight(s[:54], "-._") + "-" + Hash8(s)
-}
+func LabelValue(s string) string { return agentsv1alpha1.LabelValue(s) }

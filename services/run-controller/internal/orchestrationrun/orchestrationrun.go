@@ -60,11 +60,19 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 	if err != nil {
 		return core.Result{}, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf("Orchestration %s: %v", orch.Name, err))
 	}
-	children := c.orchChildren(or, orch)
-	failed := failedSteps(order, children)
-	for _, s := range nextSteps(order, children, failed) {
+	var original *orchv1alpha1.OrchestrationRun
+	if or.Spec.RetryOf != "" {
+		original, _ = c.OrchRun(ns, or.Spec.RetryOf)
+	}
+	reused, problem := retried(or, original, orch)
+	if problem != "" {
+		return core.Result{}, c.stopOrch(ctx, or, true, reasons.InvalidSpec, problem)
+	}
+	p := progress{children: c.orchChildren(or, orch), reused: reused}
+	failed := failedSteps(order, p)
+	for _, s := range nextSteps(order, p, failed) {
 		ar, err := c.createChild(ctx, or, s, func(starting orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus {
-			steps, _, _ := stepStatuses(orch, children, failed)
+			steps, _, _ := stepStatuses(orch, p, failed)
 			for i := range steps {
 				if steps[i].Name == starting.Name {
 					steps[i] = starting
@@ -75,9 +83,9 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 		if err != nil || ar == nil { // nil: the run was cancelled meanwhile
 			return core.Result{}, err
 		}
-		children[s.Name] = ar
+		p.children[s.Name] = ar
 	}
-	st := orchestrationStatus(orch, children, failed)
+	st := orchestrationStatus(orch, p, failed)
 	if or.Status.Phase == st.phase && or.Status.Reason == st.reason && or.Status.Message == st.message &&
 		or.Status.ObservedGeneration == or.Generation && or.Status.RunID == string(or.UID) &&
 		core.SameJSON(or.Status.StepStatuses, st.steps) && core.CondsSay(or.Status.Conditions, st.conds) {
@@ -103,9 +111,20 @@ func (c *Reconciler) orchChildren(or *orchv1alpha1.OrchestrationRun, orch *orchv
 	return children
 }
 
-// stepPhase is a step's phase from its AgentRun ("" before it exists, Pending before its first status).
-func stepPhase(children map[string]*agentsv1alpha1.AgentRun, step string) string {
-	if ar := children[step]; ar != nil {
+// progress is what the run's steps have done: the AgentRuns the run started, by step, and the
+// steps a retry takes from the run it retries (spec.retryOf), which succeeded there.
+type progress struct {
+	children map[string]*agentsv1alpha1.AgentRun
+	reused   map[string]orchv1alpha1.StepStatus
+}
+
+// stepPhase is a step's phase from its AgentRun ("" before it exists, Pending before its first
+// status), or Succeeded for a step the retry took.
+func stepPhase(p progress, step string) string {
+	if _, ok := p.reused[step]; ok {
+		return agentsv1alpha1.PhaseSucceeded
+	}
+	if ar := p.children[step]; ar != nil {
 		if ar.Status.Phase == "" {
 			return agentsv1alpha1.PhasePending
 		}
@@ -115,30 +134,30 @@ func stepPhase(children map[string]*agentsv1alpha1.AgentRun, step string) string
 }
 
 // failedSteps are the steps (in order) whose AgentRun failed or was cancelled.
-func failedSteps(order []orchv1alpha1.OrchestrationStep, children map[string]*agentsv1alpha1.AgentRun) []string {
+func failedSteps(order []orchv1alpha1.OrchestrationStep, p progress) []string {
 	var failed []string
 	for _, s := range order {
-		if p := stepPhase(children, s.Name); p == agentsv1alpha1.PhaseFailed || p == agentsv1alpha1.PhaseCancelled {
+		if ph := stepPhase(p, s.Name); ph == agentsv1alpha1.PhaseFailed || ph == agentsv1alpha1.PhaseCancelled {
 			failed = append(failed, s.Name)
 		}
 	}
 	return failed
 }
 
-// nextSteps are the DAG's steps to start now, in order: those without an AgentRun whose
-// dependencies all succeeded; none once a step failed.
-func nextSteps(order []orchv1alpha1.OrchestrationStep, children map[string]*agentsv1alpha1.AgentRun, failed []string) []orchv1alpha1.OrchestrationStep {
+// nextSteps are the DAG's steps to start now, in order: those without an AgentRun, not taken by
+// a retry, whose dependencies all succeeded; none once a step failed.
+func nextSteps(order []orchv1alpha1.OrchestrationStep, p progress, failed []string) []orchv1alpha1.OrchestrationStep {
 	if len(failed) > 0 {
 		return nil
 	}
 	var next []orchv1alpha1.OrchestrationStep
 	for _, s := range order {
-		if children[s.Name] != nil {
+		if _, taken := p.reused[s.Name]; taken || p.children[s.Name] != nil {
 			continue
 		}
 		ready := true
 		for _, d := range s.DependsOn {
-			if stepPhase(children, d) != agentsv1alpha1.PhaseSucceeded {
+			if stepPhase(p, d) != agentsv1alpha1.PhaseSucceeded {
 				ready = false
 				break
 			}
@@ -159,12 +178,12 @@ type orchStatus struct {
 
 // orchestrationStatus aggregates the steps: Failed once one failed, Succeeded when all did,
 // Running once one ran, Pending before.
-func orchestrationStatus(orch *orchv1alpha1.Orchestration, children map[string]*agentsv1alpha1.AgentRun, failed []string) orchStatus {
-	statuses, allDone, anyRan := stepStatuses(orch, children, failed)
+func orchestrationStatus(orch *orchv1alpha1.Orchestration, p progress, failed []string) orchStatus {
+	statuses, allDone, anyRan := stepStatuses(orch, p, failed)
 	st := orchStatus{phase: agentsv1alpha1.PhasePending, reason: "Waiting", message: "no step has started running yet", conds: []core.Cond{}, steps: statuses}
 	switch {
 	case len(failed) > 0:
-		ar := children[failed[0]]
+		ar := p.children[failed[0]]
 		st.phase, st.reason = agentsv1alpha1.PhaseFailed, reasons.StepFailed
 		st.message = fmt.Sprintf("step %s (AgentRun %s) %s: %s", failed[0], ar.Name, strings.ToLower(ar.Status.Phase), ar.Status.Message)
 		st.conds = append(st.conds, core.C(CondReady, metav1.ConditionFalse, reasons.StepFailed, st.message))
@@ -374,13 +393,16 @@ func topoOrder(steps []orchv1alpha1.OrchestrationStep) ([]orchv1alpha1.Orchestra
 }
 
 // stepStatuses is what the run's stepStatuses say of its children: each step's phase, message,
-// times and AgentRun, or why it has not started; and whether all succeeded, and any ran.
-func stepStatuses(orch *orchv1alpha1.Orchestration, children map[string]*agentsv1alpha1.AgentRun, failed []string) ([]orchv1alpha1.StepStatus, bool, bool) {
+// times and AgentRun, or why it has not started, or, for a step a retry took, what the run it
+// retries recorded; and whether all succeeded, and any ran here.
+func stepStatuses(orch *orchv1alpha1.Orchestration, p progress, failed []string) ([]orchv1alpha1.StepStatus, bool, bool) {
 	var statuses []orchv1alpha1.StepStatus
 	allDone, anyRan := true, false
 	for _, s := range orch.Spec.Steps {
 		st := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending}
-		if ar := children[s.Name]; ar != nil {
+		if taken, ok := p.reused[s.Name]; ok {
+			st = taken
+		} else if ar := p.children[s.Name]; ar != nil {
 			st.Phase = ar.Status.Phase
 			if st.Phase == "" {
 				st.Phase = agentsv1alpha1.PhasePending

@@ -61,15 +61,16 @@ func TestOrchestrationDecisions(t *testing.T) {
 				}
 				children[step] = ar
 			}
-			failed := failedSteps(order, children)
+			p := progress{children: children}
+			failed := failedSteps(order, p)
 			var next []string
-			for _, s := range nextSteps(order, children, failed) {
+			for _, s := range nextSteps(order, p, failed) {
 				next = append(next, s.Name)
 			}
 			if got := strings.Join(next, ","); got != tc.next {
 				t.Errorf("next steps %q, want %q", got, tc.next)
 			}
-			st := orchestrationStatus(orch, children, failed)
+			st := orchestrationStatus(orch, p, failed)
 			if st.phase != tc.phase || !strings.Contains(st.message, tc.msg) {
 				t.Errorf("status %s %q, want %s with %q", st.phase, st.message, tc.phase, tc.msg)
 			}

@@ -458,3 +458,66 @@ spec:
 		}
 	}
 }
+
+// A retry (spec.retryOf) of a failed run takes the steps that succeeded there and runs the rest:
+// the failed step, and what waited on it.
+func TestARetriedOrchestrationRunRunsOnlyTheStepsThatDidNotSucceed(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	c := startController(t, ns, nil)
+	create(t, "orchestrations", ns, orchestration(ns, "diamond", step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")))
+	create(t, "orchestrationruns", ns, orchRun(ns, "dia", "diamond"))
+	finishStep(t, ns, "dia", "a", true)
+	finishStep(t, ns, "dia", "c", true)
+	finishStep(t, ns, "dia", "b", false)
+	testenv.Eventually(t, 20*time.Second, "the first run Failed", func() error {
+		if got := getOrchRun(t, ns, "dia"); got.Status.Phase != agentsv1alpha1.PhaseFailed {
+			return fmt.Errorf("%+v", got.Status)
+		}
+		return nil
+	})
+	retry := orchRun(ns, "dia-retry", "diamond")
+	retry.Spec.RetryOf = "dia"
+	create(t, "orchestrationruns", ns, retry)
+	finishStep(t, ns, "dia-retry", "b", true)
+	finishStep(t, ns, "dia-retry", "d", true)
+	var got *orchv1alpha1.OrchestrationRun
+	testenv.Eventually(t, 20*time.Second, "the retry Succeeded", func() error {
+		got = getOrchRun(t, ns, "dia-retry")
+		if got.Status.Phase != agentsv1alpha1.PhaseSucceeded {
+			return fmt.Errorf("%+v", got.Status)
+		}
+		return nil
+	})
+	settle(t, c, "OrchestrationRun", ns, "dia-retry")
+	for _, n := range []string{"dia-retry-a", "dia-retry-c"} {
+		if childExists(t, ns, n) {
+			t.Errorf("%s ran again: the retry should have taken the step from dia", n)
+		}
+	}
+	want := map[string]string{"a": "dia-a", "b": "dia-retry-b", "c": "dia-c", "d": "dia-retry-d"}
+	for _, s := range got.Status.StepStatuses {
+		if s.Phase != agentsv1alpha1.PhaseSucceeded || s.ResourceRef == nil || s.ResourceRef.Name != want[s.Name] {
+			t.Errorf("step %s: %s %+v, want Succeeded with AgentRun %s", s.Name, s.Phase, s.ResourceRef, want[s.Name])
+		}
+		if taken := want[s.Name] == "dia-"+s.Name; taken != strings.Contains(s.Message, "succeeded in OrchestrationRun dia") {
+			t.Errorf("step %s says %q", s.Name, s.Message)
+		}
+	}
+
+	// A retry of a run that has not finished is refused, saying why.
+	create(t, "orchestrationruns", ns, orchRun(ns, "busy", "diamond"))
+	early := orchRun(ns, "busy-retry", "diamond")
+	early.Spec.RetryOf = "busy"
+	create(t, "orchestrationruns", ns, early)
+	testenv.Eventually(t, 20*time.Second, "the early retry Failed", func() error {
+		got := getOrchRun(t, ns, "busy-retry")
+		if got.Status.Phase != agentsv1alpha1.PhaseFailed || got.Status.Reason != reasons.InvalidSpec || !strings.Contains(got.Status.Message, "has not finished") {
+			return fmt.Errorf("%+v", got.Status)
+		}
+		return nil
+	})
+	if childExists(t, ns, "busy-retry-a") {
+		t.Error("a refused retry started a step")
+	}
+}

@@ -29,6 +29,9 @@ type AgentRunSpecApplyConfiguration struct {
 	// Cancel asks for the run and its Jobs to be stopped (cancel-propagator). A run already
 	// finished keeps its phase. Once true it cannot be set back.
 	Cancel *bool `json:"cancel,omitempty"`
+	// RetryOf names the finished AgentRun of the same namespace that this run retries (agentctl
+	// retry). It is a record of where the run came from: the run runs as any other.
+	RetryOf *string `json:"retryOf,omitempty"`
 }
 
 // AgentRunSpecApplyConfiguration constructs a declarative configuration of the AgentRunSpec type for use with
@@ -154,5 +157,13 @@ func (b *AgentRunSpecApplyConfiguration) WithTTLSecondsAfterFinished(value int32
 // If called multiple times, the Cancel field is set to the value of the last call.
 func (b *AgentRunSpecApplyConfiguration) WithCancel(value bool) *AgentRunSpecApplyConfiguration {
 	b.Cancel = &value
+	return b
+}
+
+// WithRetryOf sets the RetryOf field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RetryOf field is set to the value of the last call.
+func (b *AgentRunSpecApplyConfiguration) WithRetryOf(value string) *AgentRunSpecApplyConfiguration {
+	b.RetryOf = &value
 	return b
 }

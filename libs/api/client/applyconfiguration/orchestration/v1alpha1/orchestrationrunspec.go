@@ -19,6 +19,12 @@ type OrchestrationRunSpecApplyConfiguration struct {
 	// with its step AgentRuns and their Jobs (job-gc; its default is
 	// JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS).
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// RetryOf names a finished OrchestrationRun of the same namespace and Orchestration that this
+	// run retries (agentctl retry): each step that succeeded there is recorded Succeeded here,
+	// pointing at that step's AgentRun, and does not run again; the other steps run. run-controller
+	// fails the run (InvalidSpec) if the named run is of another Orchestration, has not finished, or
+	// does not exist when this one starts.
+	RetryOf *string `json:"retryOf,omitempty"`
 }
 
 // OrchestrationRunSpecApplyConfiguration constructs a declarative configuration of the OrchestrationRunSpec type for use with
@@ -70,5 +76,13 @@ func (b *OrchestrationRunSpecApplyConfiguration) WithCancel(value bool) *Orchest
 // If called multiple times, the TTLSecondsAfterFinished field is set to the value of the last call.
 func (b *OrchestrationRunSpecApplyConfiguration) WithTTLSecondsAfterFinished(value int32) *OrchestrationRunSpecApplyConfiguration {
 	b.TTLSecondsAfterFinished = &value
+	return b
+}
+
+// WithRetryOf sets the RetryOf field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RetryOf field is set to the value of the last call.
+func (b *OrchestrationRunSpecApplyConfiguration) WithRetryOf(value string) *OrchestrationRunSpecApplyConfiguration {
+	b.RetryOf = &value
 	return b
 }
