@@ -39,6 +39,10 @@ GOLANGCI_LINT_VERSION      ?= v2.15.0
 # module (the module proxy serves its versions but no version list, which go install needs).
 PROMETHEUS_VERSION         ?= v0.316.0
 GOVULNCHECK_VERSION        ?= v1.9.0
+# krew (the kubectl plugin manager) and its manifest validator, which the test of make dist's krew
+# manifest runs. Built from krew's own module: as a dependency of the e2e module it would bring
+# k8s.io/client-go v11.0.0+incompatible, which the go command picks over v0.37.2.
+KREW_VERSION               ?= v0.4.3
 # The Go vulnerability database as the golang.org/x/vulndb module holds it (its OSV reports), at a
 # pinned commit: govulncheck reads it from a folder, as this machine cannot reach vuln.go.dev. Bump
 # it to learn of newer vulnerabilities.
@@ -79,6 +83,8 @@ PAUSE              := $(BIN)/cluster/pause
 # golangci-lint must be built by a Go at least as new as the one whose packages it loads.
 GOLANGCI_LINT      := $(TOOLS)/golangci-lint/$(GOLANGCI_LINT_VERSION)-$(GOTOOLCHAIN)/golangci-lint
 GOVULNCHECK        := $(TOOLS)/govulncheck/$(GOVULNCHECK_VERSION)/govulncheck
+KREW               := $(TOOLS)/krew/$(KREW_VERSION)/kubectl-krew
+KREW_VALIDATE      := $(TOOLS)/krew/$(KREW_VERSION)/validate-krew-manifest
 VULNDB_DIR         := $(TOOLS)/vulndb/$(VULNDB_VERSION)
 VULNDB             := $(VULNDB_DIR)/index/db.json
 ENVTEST_BIN        := $(BIN)/envtest
@@ -103,6 +109,11 @@ LDFLAGS  := -s -w -X github.com/agentplane/agentplane/libs/app.Version=$(VERSION
 IMAGE_TAG      ?= $(VERSION)
 IMAGE_REGISTRY ?=
 CHART_VERSION  ?= $(shell awk '/^version:/{print $$2; exit}' charts/agentplane/Chart.yaml)-g$(IMAGE_TAG)
+# make dist: agentctl's archives, checksums and krew manifest (hack/dist.sh), for these platforms,
+# with the manifest's URIs under DIST_URL (replace it with where the archives will be served).
+DIST_DIR       ?= $(ROOT)/dist
+DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+DIST_URL       ?= https://example.invalid/agentplane/releases/$(VERSION)
 
 # Where the local control plane keeps its state (kubeconfig, logs, pids, etcd data).
 LOCAL_DIR ?= $(ROOT)/.local
@@ -128,7 +139,7 @@ deps-cluster: ## Install the Debian packages make cluster-up needs (make up's, t
 	@hack/deps.sh cluster
 
 .PHONY: tools
-tools: tools-up $(CONTROLLER_GEN) $(CODEGEN) $(HELM) $(PROMTOOL) $(CT) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
+tools: tools-up $(CONTROLLER_GEN) $(CODEGEN) $(HELM) $(PROMTOOL) $(CT) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) $(KREW) envtest-bin ## Build every pinned tool the tests use from its Go module into bin/tools (cold: the longest step of a fresh CI run; warm: seconds).
 
 .PHONY: tools-up
 tools-up: $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(ETCD) $(KWOK) $(KWOK_STAGES) ## Build only the tools make up runs (etcd, the Kubernetes control plane, kubectl, kwok).
@@ -198,7 +209,8 @@ $(CODEGEN):
 	@touch $@
 
 # helm stamped as upstream's release builds are: its version and commit (the module proxy's record
-# of the tag) and the Kubernetes version of the client-go it is built with (helm template's and
+# of the tag, when it names one: proxy.golang.org's records stopped carrying the commit on
+# 2026-12-02, and then helm version says GitCommit:"") and the Kubernetes version of the client-go it is built with (helm template's and
 # helm lint's default when no --kube-version is given; unstamped, it is v1.20, which the charts'
 # kubeVersion refuses).
 $(HELM):
@@ -206,11 +218,12 @@ $(HELM):
 	commit=$$(echo "$$info" | sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' | head -1); \
 	gomod=$$(echo "$$info" | sed -n 's/.*"GoMod": *"\([^"]*\)".*/\1/p' | head -1); \
 	minor=$$(awk '$$1=="k8s.io/client-go" {split($$2, v, "."); print v[2]; exit}' "$$gomod"); \
-	[ -n "$$commit" ] && [ -n "$$minor" ] || { echo "helm $(HELM_VERSION): no commit or client-go version in the module proxy's record" >&2; exit 1; }; \
-	x=helm.sh/helm/v3; \
+	[ -n "$$minor" ] || { echo "helm $(HELM_VERSION): no client-go version in the module proxy's go.mod of it" >&2; exit 1; }; \
+	x=helm.sh/helm/v3; stamp=; \
+	if [ -n "$$commit" ]; then stamp="-X $$x/internal/version.gitCommit=$$commit -X $$x/internal/version.gitTreeState=clean"; \
+	else commit="none: the module proxy's record of the tag names no commit today"; fi; \
 	echo "GOWORK=off GOBIN=$(@D) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) (commit $$commit, Kubernetes 1.$$minor)"; \
-	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags "-s -w -X $$x/internal/version.version=$(HELM_VERSION) \
-	  -X $$x/internal/version.gitCommit=$$commit -X $$x/internal/version.gitTreeState=clean \
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags "-s -w -X $$x/internal/version.version=$(HELM_VERSION) $$stamp \
 	  -X $$x/pkg/chartutil.k8sVersionMajor=1 -X $$x/pkg/chartutil.k8sVersionMinor=$$minor \
 	  -X $$x/pkg/lint/rules.k8sVersionMajor=1 -X $$x/pkg/lint/rules.k8sVersionMinor=$$minor" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
@@ -219,6 +232,12 @@ $(PROMTOOL):
 
 $(CT): hack/tools/ct/go.mod hack/tools/ct/go.sum
 	cd hack/tools/ct && GOWORK=off go build -trimpath -ldflags '-s -w -X github.com/helm/chart-testing/v3/ct/cmd.Version=$(CT_VERSION)' -o $@ github.com/helm/chart-testing/v3/ct
+
+# krew and validate-krew-manifest in one go install; krew as kubectl-krew, the name `kubectl krew` runs.
+$(KREW) $(KREW_VALIDATE) &:
+	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w -X sigs.k8s.io/krew/internal/version.gitTag=$(KREW_VERSION)' \
+		sigs.k8s.io/krew/cmd/krew@$(KREW_VERSION) sigs.k8s.io/krew/cmd/validate-krew-manifest@$(KREW_VERSION)
+	@mv $(@D)/krew $(KREW)
 
 $(BUF):
 	GOWORK=off GOBIN=$(@D) go install -trimpath -ldflags '-s -w' github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -311,6 +330,11 @@ push: $(HELM) ## Build and push every image and chart to REGISTRY (host[:port][/
 	@[ -n "$(REGISTRY)" ] || { echo "usage: make push REGISTRY=host[:port][/path] (make cluster-up prints its registry)" >&2; exit 2; }
 	@BIN=$(BIN) SERVICES="$(SERVICES)" IMAGE_TAG=$(IMAGE_TAG) IMAGE_REGISTRY=$(REGISTRY) LDFLAGS='$(LDFLAGS)' PUSH=1 hack/images.sh
 	@HELM=$(HELM) CHART_VERSION=$(CHART_VERSION) APP_VERSION=$(IMAGE_TAG) OUT=$(BIN)/charts REGISTRY=$(REGISTRY) PUSH=1 hack/charts.sh
+
+.PHONY: dist
+dist: ## Cross-compile agentctl for DIST_PLATFORMS (default linux, darwin and windows on amd64 and arm64) into DIST_DIR (dist/): agentctl_<version>_<os>_<arch>.tar.gz each (the version make build stamps), checksums.txt, and krew/agentplane.yaml (a krew plugin manifest, uris under DIST_URL).
+	@VERSION=$(VERSION) LDFLAGS='$(LDFLAGS)' CHART_VERSION=$(CHART_VERSION) DIST_DIR='$(DIST_DIR)' \
+	  DIST_PLATFORMS='$(DIST_PLATFORMS)' DIST_URL='$(DIST_URL)' hack/dist.sh
 
 .PHONY: chart-version
 chart-version: ## Print the version make push gives the charts (for helm install --version).
