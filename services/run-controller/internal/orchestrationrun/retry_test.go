@@ -52,8 +52,8 @@ func TestARetryRunsOnlyTheStepsThatDidNotSucceed(t *testing.T) {
 		original *orchv1alpha1.OrchestrationRun
 		children map[string]string // step -> the phase of the retry's own AgentRun for it
 		taken    string            // steps taken from the original, comma-separated, with the AgentRuns they point at
-		next     string // steps the retry starts now
-		problem  string // a part of why the retry cannot run
+		next     string            // steps the retry starts now
+		problem  string            // a part of why the retry cannot run
 	}{
 		{name: "not a retry: every step is the run's own", or: run("plain", "", nil), next: "a,d"},
 		{name: "a failed run: its succeeded steps are taken, the failed one runs again and what waited on it after",
