@@ -50,10 +50,16 @@ func mustExist(t *testing.T, path, target string) string {
 	return path
 }
 
-// run executes a command and returns its combined output.
+// run executes a command and returns its combined output; it is stopped after 5 minutes.
 func run(ctx context.Context, t testing.TB, env []string, name string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	return runWithin(ctx, t, 5*time.Minute, env, name, args...)
+}
+
+// runWithin is run with another time limit, for a command that may build much from cold caches.
+func runWithin(ctx context.Context, t testing.TB, limit time.Duration, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), env...)
