@@ -214,7 +214,7 @@ func TestJobResultsSurviveTTLZero(t *testing.T) {
 		})
 	})
 
-	t.Run("without job-gc, agentctl jobs release-holds frees every held Job", func(t *testing.T) {
+	t.Run("without job-gc, agentctl jobs release-holds lists, asks, and frees every held Job", func(t *testing.T) {
 		kill("job-gc", syscall.SIGTERM)
 		create("orphaned", 3, map[string]string{"agentplane.dev/simulate-duration": "10m"})
 		eventually(t, time.Minute, "three Jobs", func() error {
@@ -230,9 +230,27 @@ func TestJobResultsSurviveTTLZero(t *testing.T) {
 		if n := jobsOf(runLabel); n != 3 {
 			t.Fatalf("%d Jobs after delete; the finalizer should keep all 3", n)
 		}
-		out, err := run(ctx, t, nil, binPath(t, "agentctl"), "--kubeconfig", kubeconfig, "jobs", "release-holds", "-A")
+		agentctl := binPath(t, "agentctl")
+		// A dry run lists the three and releases nothing; so does a run not answered y.
+		out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "jobs", "release-holds", "-A", "--dry-run=client")
+		if err != nil || !strings.Contains(out, "3 job-result hold(s) would be released (dry run: client)") || strings.Count(out, "orphaned") < 3 {
+			t.Fatalf("agentctl jobs release-holds --dry-run=client: %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "jobs", "release-holds", "-A", "--dry-run=server")
+		if err != nil || !strings.Contains(out, "3 job-result hold(s) would be released (dry run: server)") {
+			t.Fatalf("agentctl jobs release-holds --dry-run=server: %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, "sh", "-c", `echo n | "$0" --kubeconfig "$1" jobs release-holds -A`, agentctl, kubeconfig)
+		if err == nil || !strings.Contains(out, "nothing released") {
+			t.Fatalf("agentctl jobs release-holds answered n: %v\n%s", err, out)
+		}
+		time.Sleep(2 * time.Second)
+		if n := jobsOf(runLabel); n != 3 {
+			t.Fatalf("%d Jobs after the dry runs and the refusal; all 3 should still be held", n)
+		}
+		out, err = run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "jobs", "release-holds", "-A", "--yes")
 		if err != nil || !strings.Contains(out, "3 job-result hold(s) released") {
-			t.Fatalf("agentctl jobs release-holds: %v\n%s", err, out)
+			t.Fatalf("agentctl jobs release-holds --yes: %v\n%s", err, out)
 		}
 		eventually(t, time.Minute, "the released Jobs deleted", func() error {
 			if n := jobsOf(runLabel); n > 0 {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -206,10 +207,12 @@ func TestLocalControlPlane(t *testing.T) {
 		if out, err := kubectl("get", "agentrun", "hello", "-o", "jsonpath={.status.phase}"); err != nil || out != "Succeeded" {
 			t.Errorf("hello is %q after a cancel", out)
 		}
-		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "nope"); err == nil || !strings.Contains(out, "not found") {
-			t.Errorf("cancelling a run that does not exist: %v %s", err, out)
+		if out, err := run(ctx, t, nil, agentctl, "--kubeconfig", kubeconfig, "-n", "agents", "cancel", "agentrun", "nope"); exitCode(err) != 5 || !strings.Contains(out, "no AgentRun named nope in namespace agents") {
+			t.Errorf("cancelling a run that does not exist: exit %d (want 5) %s", exitCode(err), out)
 		}
 	})
+
+	t.Run("agentctl drives runs as a user: submit, logs -f, wait, cancel, retry, describe", func(t *testing.T) { agentctlRunVerbs(ctx, t, kubeconfig, kubectl) })
 
 	// make up turns service-to-service authentication on: event-emitter and status-writer take
 	// calls from the controllers' ServiceAccounts only, with the tokens make up minted for them.
@@ -796,4 +799,110 @@ func rssMB(pids map[string]int) int {
 		}
 	}
 	return total / 1024
+}
+
+// agentctlRunVerbs is what a user of make up does with agentctl's run verbs (issue 35): an
+// AgentRun submitted and waited for, one that fails, their logs (kwok's simulated ones); the
+// diamond Orchestration submitted while logs -f follows it, cancelled half-way, waited for,
+// retried (only the steps that did not succeed run again) and described; a resubmit; the logs of
+// a run whose Job is gone. Each exit code is the documented one.
+func agentctlRunVerbs(ctx context.Context, t *testing.T, kubeconfig string, kubectl func(...string) (string, error)) {
+	bin := binPath(t, "agentctl")
+	ac := func(args ...string) (string, int) {
+		out, err := run(ctx, t, nil, bin, append([]string{"--kubeconfig", kubeconfig, "-n", "agents"}, args...)...)
+		return out, exitCode(err)
+	}
+	expect := func(what string, out string, code, want int, has ...string) {
+		t.Helper()
+		if code != want {
+			t.Errorf("%s: exit %d, want %d\n%s", what, code, want, out)
+			return
+		}
+		for _, h := range has {
+			if !strings.Contains(out, h) {
+				t.Errorf("%s: no %q in\n%s", what, h, out)
+			}
+		}
+	}
+
+	out, code := ac("submit", "agent/codex", "--name", "ux-hello", "-p", "issue=7", "--wait", "--timeout", "3m")
+	expect("submit --wait", out, code, 0, "agentrun/ux-hello created", "agentrun/ux-hello Succeeded")
+	out, code = ac("submit", "agent/codex", "--name", "ux-fails", "--annotation", "agentplane.dev/simulate-exit-code=3", "--wait", "--timeout", "3m")
+	expect("submit --wait of a run that fails", out, code, 7, "agentrun/ux-fails ended Failed")
+	out, code = ac("wait", "run", "ux-fails", "--for", "phase=Succeeded", "--timeout", "1m")
+	expect("wait --for phase=Succeeded of a Failed run", out, code, 7, "agentrun/ux-fails ended Failed")
+	out, code = ac("wait", "run", "ux-hello", "--for", "phase=Failed", "--timeout", "1m")
+	expect("wait --for phase=Failed of a Succeeded run", out, code, 10, "without reaching phase=Failed")
+	out, code = ac("wait", "run", "nope")
+	expect("wait for a run that does not exist", out, code, 5, "no AgentRun or OrchestrationRun named nope")
+	out, code = ac("logs", "run", "ux-hello")
+	expect("logs of a lone run", out, code, 0, "agentplane example agent: starting", "agentplane example agent: done")
+	out, code = ac("get", "run", "ux-hello", "-o", "jsonpath={.spec.parameters.issue} {.status.phase}")
+	expect("get -o jsonpath", out, code, 0, "7 Succeeded")
+
+	// The diamond: plan, then implement and test, then review, each step 8 s.
+	out, code = ac("submit", "orchestration/plan-and-implement", "--name", "ux-diamond", "-p", "issue=8", "--annotation", "agentplane.dev/simulate-duration=8s")
+	expect("submit an OrchestrationRun", out, code, 0, "orchestrationrun/ux-diamond created")
+	var follow bytes.Buffer
+	logsF := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "-n", "agents", "logs", "run", "ux-diamond", "-f")
+	logsF.Stdout, logsF.Stderr = &follow, &follow
+	if err := logsF.Start(); err != nil {
+		t.Fatal(err)
+	}
+	followed := make(chan error, 1)
+	go func() { followed <- logsF.Wait() }()
+	eventually(t, 3*time.Minute, "plan Succeeded and implement Running", func() error {
+		out, err := kubectl("-n", "agents", "get", "orchestrationrun", "ux-diamond", "-o", `jsonpath={range .status.stepStatuses[*]}{.name}={.phase} {end}`)
+		if err != nil || !strings.Contains(out, "plan=Succeeded") || !strings.Contains(out, "implement=Running") {
+			return errorf("%q %v", out, err)
+		}
+		return nil
+	})
+	out, code = ac("cancel", "run", "ux-diamond", "--wait", "--timeout", "2m")
+	expect("cancel run --wait", out, code, 0, "orchestrationrun/ux-diamond cancel requested", "orchestrationrun/ux-diamond Cancelled")
+	select {
+	case err := <-followed:
+		if err != nil || !strings.Contains(follow.String(), "[plan] agentplane example agent: starting") {
+			t.Errorf("logs -f: %v\n%s", err, follow.String())
+		}
+	case <-time.After(time.Minute):
+		_ = logsF.Process.Kill()
+		t.Errorf("logs -f did not return within a minute of the run's end:\n%s", follow.String())
+	}
+	out, code = ac("wait", "run", "ux-diamond")
+	expect("wait for a Cancelled run", out, code, 8, "orchestrationrun/ux-diamond ended Cancelled")
+
+	out, code = ac("retry", "run", "ux-diamond", "--name", "ux-diamond-2", "--watch", "--timeout", "5m")
+	expect("retry --watch", out, code, 0, "orchestrationrun/ux-diamond-2 created (retry of ux-diamond)", "step review Succeeded", "orchestrationrun/ux-diamond-2 Succeeded")
+	if out, err := kubectl("-n", "agents", "get", "agentrun", "ux-diamond-2-plan"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("the retry ran plan again, which had succeeded: %v %s", err, out)
+	}
+	if out, err := kubectl("-n", "agents", "get", "agentrun", "ux-diamond-2-implement", "-o", "jsonpath={.status.phase}"); err != nil || out != "Succeeded" {
+		t.Errorf("the retry's implement: %q %v", out, err)
+	}
+	out, code = ac("describe", "run", "ux-diamond-2")
+	expect("describe the retry", out, code, 0, "Retry of:", "ux-diamond", "succeeded in OrchestrationRun ux-diamond: not run again by this retry", "ux-diamond-2-review")
+	out, code = ac("logs", "run", "ux-diamond-2")
+	expect("logs of the retry", out, code, 0, "[plan] succeeded in orchestrationrun/ux-diamond and did not run again here", "[review] agentplane example agent: starting")
+	out, code = ac("get", "runs", "-o", "wide")
+	expect("get runs -o wide", out, code, 0, "NAME", "ux-diamond-2", "orchestration/plan-and-implement")
+	out, code = ac("retry", "run", "ux-hello")
+	expect("retry of a Succeeded run", out, code, 5, "there is nothing to retry")
+
+	out, code = ac("resubmit", "run", "ux-hello", "--name", "ux-hello-2", "-o", "name")
+	expect("resubmit -o name", out, code, 0, "agentrun/ux-hello-2")
+	if out, err := kubectl("-n", "agents", "get", "agentrun", "ux-hello-2", "-o", `jsonpath={.metadata.annotations.agents\.proompteng\.ai/resubmit-of}`); err != nil || out != "ux-hello" {
+		t.Errorf("resubmit-of: %q %v", out, err)
+	}
+
+	// Once the Job is gone (its TTL, job-gc's retention, or here a delete) its logs are too.
+	job, err := kubectl("-n", "agents", "get", "agentrun", "ux-hello", "-o", "jsonpath={.status.jobRef.name}")
+	if err != nil || job == "" {
+		t.Fatalf("ux-hello's Job: %q %v", job, err)
+	}
+	if out, err := kubectl("-n", "agents", "delete", "job", job, "--timeout", "2m"); err != nil {
+		t.Fatalf("delete job %s: %v\n%s", job, err, out)
+	}
+	out, code = ac("logs", "run", "ux-hello")
+	expect("logs once the Job is gone", out, code, 5, "logs gone: Job "+job, "ttlSecondsAfterFinished")
 }

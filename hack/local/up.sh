@@ -208,11 +208,22 @@ spec:
   forwards:
 $forwards
 EOF
+# ... and serves container logs (kubectl logs, agentctl logs): the same simulated log,
+# hack/local/kwok-pod.log (CRI's log format), for every container of every pod it plays.
+cat >"$LOCAL_DIR/kwok-logs.yaml" <<EOF
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: agentplane-simulated-logs
+spec:
+  logs:
+  - logsFile: $ROOT/hack/local/kwok-pod.log
+EOF
 start kwok "$KWOK_PORT" "$KWOK" --kubeconfig "$KUBECONFIG_FILE" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --server-address "127.0.0.1:$KWOK_PORT" --node-ip 127.0.0.1 --node-port "$KWOK_PORT" \
   --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
-  --node-lease-duration-seconds 40 "${stage_args[@]}" --config "$LOCAL_DIR/kwok-port-forward.yaml"
+  --node-lease-duration-seconds 40 "${stage_args[@]}" --config "$LOCAL_DIR/kwok-port-forward.yaml" --config "$LOCAL_DIR/kwok-logs.yaml"
 
 echo ">> node $NODE_NAME, namespace $NAMESPACE, CRDs"
 "${KUBECTL[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF

@@ -49,7 +49,7 @@ func TestGRPCAccessOptions(t *testing.T) {
 func TestTheTokenIsNotShownInHelp(t *testing.T) {
 	t.Setenv("AGENTCTL_TOKEN", "s3cret-token-value")
 	var out bytes.Buffer
-	Execute(t.Context(), []string{"status", "--help"}, &out, &out)
+	Execute(t.Context(), []string{"status", "--help"}, nil, &out, &out)
 	if !strings.Contains(out.String(), "--gateway-token") || strings.Contains(out.String(), "s3cret-token-value") {
 		t.Fatalf("help shows the token (or no --gateway-token flag):\n%s", out.String())
 	}

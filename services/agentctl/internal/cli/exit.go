@@ -27,8 +27,19 @@ const (
 	// FAILED_PRECONDITION such as a namespace the gateway does not serve, UNIMPLEMENTED, NOT_FOUND,
 	// HTTP 400, 404 or 501).
 	ExitRejected = 5
-	// ExitUnavailable: the stream stayed unavailable until --timeout, or broke with --retry=false.
+	// ExitUnavailable: the stream stayed unavailable until --timeout, or broke with --retry=false;
+	// a watch of runs ended.
 	ExitUnavailable = 6
+	// ExitRunFailed: the run waited for ended Failed (wait; submit, retry and resubmit with
+	// --wait or --watch).
+	ExitRunFailed = 7
+	// ExitRunCancelled: the run waited for ended Cancelled.
+	ExitRunCancelled = 8
+	// ExitTimedOut: --timeout passed before the run reached what was waited for (wait, --wait,
+	// cancel --wait).
+	ExitTimedOut = 9
+	// ExitUnreachable: the run ended Succeeded without reaching what wait --for asked.
+	ExitUnreachable = 10
 )
 
 const exitCodesHelp = `Exit codes:
@@ -41,7 +52,19 @@ const exitCodesHelp = `Exit codes:
      (PERMISSION_DENIED, 403)
   5  the request was rejected and retrying cannot help (INVALID_ARGUMENT, FAILED_PRECONDITION,
      UNIMPLEMENTED, NOT_FOUND; 400, 404, 501)
-  6  the status stream stayed unavailable until --timeout, or broke with --retry=false`
+  6  the status stream stayed unavailable until --timeout, or broke with --retry=false; a watch of
+     runs was ended by the API server
+  7  the run waited for (wait, --wait, --watch) ended Failed
+  8  the run waited for ended Cancelled
+  9  --timeout passed before the run got there (wait, --wait, cancel --wait)
+  10 the run ended Succeeded without reaching what wait --for asked`
+
+// runExitCodesHelp is the part of the exit codes the run verbs use.
+const runExitCodesHelp = `Exit codes: 0 done; 1 an unexpected error; 2 bad usage (a flag, an argument, the kubeconfig, a
+name both kinds have); 4 the API server refused the credentials or the access; 5 rejected (not
+found, invalid); 6 a watch was ended by the API server; with --wait or --watch (and for wait): 7
+the run ended Failed, 8 it ended Cancelled, 9 --timeout passed first, 10 it ended Succeeded
+without reaching what wait --for asked.`
 
 // exitError carries an exit code with its message.
 type exitError struct {

@@ -98,10 +98,10 @@ func event(typ jangarv1.ControlPlaneStatusEvent_Type, cursor string, items ...*j
 	return &jangarv1.ControlPlaneStatusEvent{Type: typ, GeneratedAt: timestamppb.Now(), Cursor: cursor, Items: items}
 }
 
-func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func agentctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = Execute(context.Background(), args, &out, &errOut)
+	code = Execute(context.Background(), args, nil, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -126,7 +126,7 @@ func TestErrorsThatRetryingCannotFixEndTheWatchAtOnce(t *testing.T) {
 			addr := serveGateway(t, g)
 			// With --timeout 10m a refusal that were retried would hold the test: it must end
 			// after the one call.
-			code, _, stderr := run(t, "status", "watch", "--gateway", addr, "--timeout", "10m", "--retry-backoff", "10ms")
+			code, _, stderr := agentctl(t, "status", "watch", "--gateway", addr, "--timeout", "10m", "--retry-backoff", "10ms")
 			if code != c.exit || !strings.Contains(stderr, c.says) {
 				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", code, stderr, c.exit, c.says)
 			}
@@ -146,7 +146,7 @@ func TestTransientErrorsReconnectWithANoticeEachTime(t *testing.T) {
 		{events: []*jangarv1.ControlPlaneStatusEvent{event(jangarv1.ControlPlaneStatusEvent_DELTA, "c2", item("namespace", "degraded"))}},
 	}}
 	addr := serveGateway(t, g)
-	code, stdout, stderr := run(t, "status", "watch", "--gateway", addr, "--timeout", "2s", "--retry-backoff", "10ms", "-o", "ndjson")
+	code, stdout, stderr := agentctl(t, "status", "watch", "--gateway", addr, "--timeout", "2s", "--retry-backoff", "10ms", "-o", "ndjson")
 	if code != ExitOK {
 		t.Fatalf("exit %d (%s), want 0: the stream held until --timeout", code, stderr)
 	}
@@ -164,7 +164,7 @@ func TestFallbackPollWhenTheGatewayDoesNotStream(t *testing.T) {
 	g := &gateway{items: []*jangarv1.ControlPlaneStatusItem{item("namespace", "healthy")},
 		watches: []watchScript{{err: status.Error(codes.Unimplemented, "unknown method")}}}
 	addr := serveGateway(t, g)
-	code, stdout, stderr := run(t, "status", "watch", "--gateway", addr, "--timeout", "1500ms", "--fallback-poll", "--heartbeat", "1s", "-o", "ndjson")
+	code, stdout, stderr := agentctl(t, "status", "watch", "--gateway", addr, "--timeout", "1500ms", "--fallback-poll", "--heartbeat", "1s", "-o", "ndjson")
 	if code != ExitOK || !strings.Contains(stderr, "polling") || !strings.Contains(stdout, `"type":"snapshot"`) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want a polled snapshot", code, stdout, stderr)
 	}
@@ -174,20 +174,20 @@ func TestFallbackPollWhenTheGatewayDoesNotStream(t *testing.T) {
 // degraded or in error, 0 again with --exit-code=false; refused credentials are 4.
 func TestStatusExitCodeGatesScripts(t *testing.T) {
 	healthy := serveGateway(t, &gateway{items: []*jangarv1.ControlPlaneStatusItem{item("namespace", "healthy"), item("runtime:temporal", "unknown")}})
-	if code, out, errOut := run(t, "status", "--gateway", healthy); code != ExitOK || !strings.Contains(out, "runtime:temporal") {
+	if code, out, errOut := agentctl(t, "status", "--gateway", healthy); code != ExitOK || !strings.Contains(out, "runtime:temporal") {
 		t.Fatalf("healthy: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, st := range []string{"degraded", "error"} {
 		addr := serveGateway(t, &gateway{items: []*jangarv1.ControlPlaneStatusItem{item("namespace", "healthy"), item("status-writer", st)}})
-		if code, out, errOut := run(t, "status", "--gateway", addr); code != ExitUnhealthy || !strings.Contains(errOut, "status-writer="+st) || !strings.Contains(out, "status-writer") {
+		if code, out, errOut := agentctl(t, "status", "--gateway", addr); code != ExitUnhealthy || !strings.Contains(errOut, "status-writer="+st) || !strings.Contains(out, "status-writer") {
 			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want 3 naming the component", st, code, out, errOut)
 		}
-		if code, _, _ := run(t, "status", "--gateway", addr, "--exit-code=false"); code != ExitOK {
+		if code, _, _ := agentctl(t, "status", "--gateway", addr, "--exit-code=false"); code != ExitOK {
 			t.Fatalf("%s with --exit-code=false: exit %d", st, code)
 		}
 	}
 	refused := serveGateway(t, &gateway{getErr: status.Error(codes.Unauthenticated, "a bearer token is required")})
-	if code, _, errOut := run(t, "status", "--gateway", refused); code != ExitAccess || !strings.Contains(errOut, "UNAUTHENTICATED") {
+	if code, _, errOut := agentctl(t, "status", "--gateway", refused); code != ExitAccess || !strings.Contains(errOut, "UNAUTHENTICATED") {
 		t.Fatalf("refused: exit %d, %q", code, errOut)
 	}
 }
@@ -201,28 +201,28 @@ func TestStatusWaitForHealthy(t *testing.T) {
 	}}}})
 	// The stream stays open after the recovery; with --timeout 10m, only returning when the
 	// control plane turned healthy lets this test go on.
-	if code, out, errOut := run(t, "status", "wait", "--for", "healthy", "--timeout", "10m", "--gateway", recovers); code != ExitOK || !strings.Contains(out, "status-writer") {
+	if code, out, errOut := agentctl(t, "status", "wait", "--for", "healthy", "--timeout", "10m", "--gateway", recovers); code != ExitOK || !strings.Contains(out, "status-writer") {
 		t.Fatalf("recovering: exit %d\n%s%s", code, out, errOut)
 	}
 	stuck := serveGateway(t, &gateway{watches: []watchScript{{events: []*jangarv1.ControlPlaneStatusEvent{
 		event(jangarv1.ControlPlaneStatusEvent_SNAPSHOT, "c1", item("namespace", "healthy"), item("event-emitter", "degraded")),
 	}}}})
-	if code, _, errOut := run(t, "status", "wait", "--for", "healthy", "--timeout", "1s", "--gateway", stuck); code != ExitUnhealthy || !strings.Contains(errOut, "event-emitter=degraded") {
+	if code, _, errOut := agentctl(t, "status", "wait", "--for", "healthy", "--timeout", "1s", "--gateway", stuck); code != ExitUnhealthy || !strings.Contains(errOut, "event-emitter=degraded") {
 		t.Fatalf("stuck: exit %d, %q; want 3 naming event-emitter", code, errOut)
 	}
 	for _, bad := range [][]string{{"--for", "sick", "--timeout", "1s"}, {"--for", "healthy"}} {
-		if code, _, _ := run(t, append([]string{"status", "wait", "--gateway", stuck}, bad...)...); code != ExitUsage {
+		if code, _, _ := agentctl(t, append([]string{"status", "wait", "--gateway", stuck}, bad...)...); code != ExitUsage {
 			t.Fatalf("%v: exit %d, want 2", bad, code)
 		}
 	}
 }
 
-// TestDeprecatedGatewayFlagsStillWork: --server and --token keep working, with a notice.
-func TestDeprecatedGatewayFlagsStillWork(t *testing.T) {
+// TestTheGatewayAliasesAreGone: --token-file, which was only ever the gateway's, is no flag now
+// (--server and --token are kubectl's: TestServerAndTokenAreTheAPIServersOnEveryCommand).
+func TestTheGatewayAliasesAreGone(t *testing.T) {
 	addr := serveGateway(t, &gateway{items: []*jangarv1.ControlPlaneStatusItem{item("namespace", "healthy")}})
-	code, out, errOut := run(t, "status", "--server", addr, "--token", "abc")
-	if code != ExitOK || !strings.Contains(out, "namespace") || !strings.Contains(errOut, "--gateway") {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	if code, _, errOut := agentctl(t, "status", "--gateway", addr, "--token-file", "x"); code != ExitUsage || !strings.Contains(errOut, "unknown flag: --token-file") {
+		t.Fatalf("exit %d, stderr %q; want 2, unknown flag", code, errOut)
 	}
 }
 

@@ -28,7 +28,7 @@ func TestStatusHistoryPrintsTheGatewaysTransitions(t *testing.T) {
 			transition(at.Add(time.Minute), "event-emitter", "healthy", "degraded", "redis unreachable"),
 		}}}
 	addr := serveGateway(t, g)
-	code, out, errOut := run(t, "status", "history", "--since", "2h", "--limit", "50", "--gateway", addr)
+	code, out, errOut := agentctl(t, "status", "history", "--since", "2h", "--limit", "50", "--gateway", addr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -41,7 +41,7 @@ func TestStatusHistoryPrintsTheGatewaysTransitions(t *testing.T) {
 	if g.historyReq.GetSince().AsDuration() != 2*time.Hour || g.historyReq.GetLimit() != 50 {
 		t.Fatalf("the gateway was asked %v", g.historyReq)
 	}
-	code, out, _ = run(t, "status", "history", "--gateway", addr, "-o", "json")
+	code, out, _ = agentctl(t, "status", "history", "--gateway", addr, "-o", "json")
 	var h historyJSON
 	if code != 0 || json.Unmarshal([]byte(out), &h) != nil || len(h.Transitions) != 2 || h.Retention != "24h0m0s" || h.Transitions[1].Previous != "healthy" || h.Since != "1h0m0s" {
 		t.Fatalf("json (exit %d):\n%s", code, out)
@@ -60,13 +60,13 @@ func TestStatusHistoryErrors(t *testing.T) {
 		{status.Error(codes.Unavailable, "Redis cannot be reached"), ExitUnavailable, "Redis cannot be reached"},
 	} {
 		addr := serveGateway(t, &gateway{historyErr: c.err})
-		code, _, errOut := run(t, "status", "history", "--gateway", addr)
+		code, _, errOut := agentctl(t, "status", "history", "--gateway", addr)
 		if code != c.exit || !strings.Contains(errOut, c.says) {
 			t.Fatalf("%v: exit %d, stderr %q; want %d saying %q", c.err, code, errOut, c.exit, c.says)
 		}
 	}
 	for _, args := range [][]string{{"--since", "-1h"}, {"--limit", "0"}, {"--limit", "20000"}, {"-o", "ndjson"}} {
-		code, _, errOut := run(t, append([]string{"status", "history", "--gateway", "127.0.0.1:1"}, args...)...)
+		code, _, errOut := agentctl(t, append([]string{"status", "history", "--gateway", "127.0.0.1:1"}, args...)...)
 		if code != ExitUsage {
 			t.Fatalf("%v: exit %d (%s), want %d", args, code, errOut, ExitUsage)
 		}

@@ -41,23 +41,29 @@ func (g *globalOptions) namespaceFlag() string {
 	return *g.flags.Namespace
 }
 
-const rootLong = `agentctl operates an agentplane control plane: its health (status, status watch, status
-wait, diagnose), its runs (cancel) and its Jobs (jobs release-holds).
+const rootLong = `agentctl works with agentplane's runs and operates its control plane.
 
-It reads your kubeconfig like kubectl (--kubeconfig, --context, -n, --as, ...). The status
-commands can instead read watch-gateway over gRPC (--gateway host:port).
+Runs (AgentRuns and OrchestrationRuns), as argo and tkn users expect: submit, get, describe,
+logs, wait, retry, resubmit and cancel. The control plane: status (status watch, status wait,
+status history), diagnose, and jobs release-holds.
+
+It reads your kubeconfig like kubectl, and its flags mean what kubectl's do (--kubeconfig,
+--context, -n, --server, --token, --as, ...: the API server and how to reach it). The status
+commands can instead read watch-gateway over gRPC (--gateway host:port, --gateway-token).
 
 ` + exitCodesHelp
 
-func newRootCommand(stdout, stderr io.Writer) (*cobra.Command, *bool) {
+func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *bool) {
 	g := &globalOptions{flags: genericclioptions.NewConfigFlags(true)}
 	ran := false
 	root := &cobra.Command{
 		Use:   "agentctl",
 		Short: "Operate the agentplane control plane",
 		Long:  rootLong,
-		Example: `  agentctl status
-  agentctl status watch -o ndjson
+		Example: `  agentctl submit agent/codex --param issue=42 --watch
+  agentctl get runs -o wide
+  agentctl logs run plan-and-implement-1 -f
+  agentctl status
   agentctl -n agents cancel orchestrationrun plan-and-implement-1 --wait
   agentctl completion bash > /etc/bash_completion.d/agentctl`,
 		SilenceUsage:      true,
@@ -66,6 +72,7 @@ func newRootCommand(stdout, stderr io.Writer) (*cobra.Command, *bool) {
 		PersistentPreRun:  func(*cobra.Command, []string) { ran = true },
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	g.flags.AddFlags(root.PersistentFlags())
@@ -74,7 +81,17 @@ func newRootCommand(stdout, stderr io.Writer) (*cobra.Command, *bool) {
 	_ = root.RegisterFlagCompletionFunc("cluster", kubeconfigCompletion(g, func(c *clientcmdapi.Config) []string { return keys(c.Clusters) }))
 	_ = root.RegisterFlagCompletionFunc("user", kubeconfigCompletion(g, func(c *clientcmdapi.Config) []string { return keys(c.AuthInfos) }))
 	_ = root.RegisterFlagCompletionFunc("namespace", namespaceCompletion(g))
-	root.AddCommand(newVersionCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newJobsCommand(g), newCancelCommand(g))
+	root.AddGroup(&cobra.Group{ID: "runs", Title: "Runs:"}, &cobra.Group{ID: "control", Title: "The control plane:"})
+	for _, c := range []*cobra.Command{newSubmitCommand(g), newGetCommand(g), newDescribeCommand(g), newLogsCommand(g), newWaitCommand(g),
+		newRetryCommand(g, true), newRetryCommand(g, false), newCancelCommand(g)} {
+		c.GroupID = "runs"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newStatusCommand(g), newDiagnoseCommand(g), newJobsCommand(g)} {
+		c.GroupID = "control"
+		root.AddCommand(c)
+	}
+	root.AddCommand(newVersionCommand(g))
 	// Notices about flags (deprecations) go to stderr, never into output a script parses.
 	var quiet func(*cobra.Command)
 	quiet = func(c *cobra.Command) {
@@ -148,7 +165,7 @@ func quietKlog(args []string) {
 }
 
 // Execute runs agentctl with args and returns the process exit code (see exitCodesHelp).
-func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+func Execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	defer func() { // no input makes agentctl panic at a user; if something does, say so and exit 1
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "error: agentctl failed unexpectedly: %v (please report it)\n", r)
@@ -156,7 +173,7 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code
 		}
 	}()
 	quietKlog(args)
-	root, ran := newRootCommand(stdout, stderr) //nolint:contextcheck // the commands take ctx from cobra (cmd.Context()), which ExecuteContext below sets
+	root, ran := newRootCommand(stdin, stdout, stderr) //nolint:contextcheck // the commands take ctx from cobra (cmd.Context()), which ExecuteContext below sets
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -14,7 +14,7 @@ import (
 
 // TestEveryCommandHasLongHelpAndExamples: the kubectl-like surface, command by command.
 func TestEveryCommandHasLongHelpAndExamples(t *testing.T) {
-	root, _ := newRootCommand(io.Discard, io.Discard)
+	root, _ := newRootCommand(nil, io.Discard, io.Discard)
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Hidden || c.Name() == "help" || c.Name() == "completion" || (c.HasParent() && c.Parent().Name() == "completion") {
@@ -30,7 +30,7 @@ func TestEveryCommandHasLongHelpAndExamples(t *testing.T) {
 	root.InitDefaultCompletionCmd()
 	walk(root)
 	var out bytes.Buffer
-	if code := Execute(context.Background(), []string{"--help"}, &out, &out); code != 0 || !strings.Contains(out.String(), "Exit codes:") {
+	if code := Execute(context.Background(), []string{"--help"}, nil, &out, &out); code != 0 || !strings.Contains(out.String(), "Exit codes:") {
 		t.Fatalf("agentctl --help (exit %d) does not document the exit codes:\n%s", code, out.String())
 	}
 }
@@ -57,7 +57,7 @@ current-context: dev
 		{[]string{"__complete", "status", "wait", "--for", ""}, []string{"healthy"}},
 	} {
 		var out bytes.Buffer
-		Execute(context.Background(), c.args, &out, io.Discard)
+		Execute(context.Background(), c.args, nil, &out, io.Discard)
 		for _, w := range c.want {
 			if !strings.Contains(out.String(), w+"\n") {
 				t.Errorf("%v: completions %q lack %s", c.args, out.String(), w)
@@ -110,7 +110,7 @@ func TestBadInputNeverPanics(t *testing.T) {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel() // some wait for an unreachable API server
 			var errOut bytes.Buffer
-			code := Execute(context.Background(), args, io.Discard, &errOut)
+			code := Execute(context.Background(), args, nil, io.Discard, &errOut)
 			if code == ExitOK || strings.Contains(errOut.String(), "unexpectedly") || !strings.HasPrefix(errOut.String(), "error: ") && !strings.Contains(errOut.String(), "\nerror: ") {
 				t.Errorf("exit %d, stderr %q; want a non-zero exit with an error line and no panic", code, errOut.String())
 			}

@@ -19,7 +19,10 @@ func newVersionCommand(g *globalOptions) *cobra.Command {
 		Short: "Print agentctl's version and the API server's, and whether the agentplane APIs are served",
 		Long: `Prints agentctl's version, then (unless --client) the API server's version from the
 kubeconfig's cluster and whether the agentplane APIs (agents.proompteng.ai/v1alpha1,
-orchestration.proompteng.ai/v1alpha1) are served there.`,
+orchestration.proompteng.ai/v1alpha1) are served there.
+
+Exit codes: 0 done; 2 bad usage or kubeconfig; 4 the API server refused the credentials or the
+access; 5 it rejected the request; 1 anything else (it cannot be reached, say).`,
 		Example: `  agentctl version
   agentctl version --client
   agentctl version --context prod`,
@@ -32,22 +35,22 @@ orchestration.proompteng.ai/v1alpha1) are served there.`,
 			}
 			cfg, err := g.clientConfig().ClientConfig()
 			if err != nil {
-				return fmt.Errorf("load kubeconfig: %w (use --kubeconfig, or --client for the client version only)", err)
+				return withCode(ExitUsage, fmt.Errorf("load kubeconfig: %w (use --kubeconfig, or --client for the client version only)", err))
 			}
 			dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 			if err != nil {
-				return err
+				return withCode(ExitUsage, err)
 			}
 			sv, err := dc.ServerVersion()
 			if err != nil {
-				return fmt.Errorf("reach the API server at %s: %w", cfg.Host, err)
+				return apiError(err, "reach the API server at "+cfg.Host)
 			}
 			fmt.Fprintf(out, "Server Version: %s\n", sv.GitVersion)
 			for _, gv := range []string{agentsv1alpha1.GroupVersion.String(), orchestrationv1alpha1.GroupVersion.String()} {
 				state := "served"
 				if _, err := dc.ServerResourcesForGroupVersion(gv); err != nil {
 					if !apierrors.IsNotFound(err) {
-						return fmt.Errorf("discover %s: %w", gv, err)
+						return apiError(err, "discover "+gv)
 					}
 					state = "not installed (helm install agentplane-crds charts/agentplane-crds)"
 				}
