@@ -186,28 +186,30 @@ func (d *description) printConditions(w io.Writer, at time.Time) {
 	}
 }
 
-// printSteps writes an OrchestrationRun's steps as a tree: each step under the first step it
-// depends on (the others named after it), in the Orchestration's order.
-func (d *description) printSteps(w io.Writer, at time.Time) {
-	statuses := d.run.or.Status.StepStatuses
-	if len(statuses) == 0 && d.orch == nil {
-		fmt.Fprintln(w, "Steps:\t<none>")
-		return
-	}
-	byName := map[string]orchv1alpha1.StepStatus{}
+// stepTree is an OrchestrationRun's steps as printSteps draws them: each under the first step it
+// depends on (also: the others), in the Orchestration's order.
+type stepTree struct {
+	roots    []string
+	children map[string][]string
+	also     map[string][]string
+	status   map[string]orchv1alpha1.StepStatus
+}
+
+// newStepTree is the tree of the Orchestration's graph, or (if it is gone) the steps the status
+// lists, flat.
+func newStepTree(orch *orchv1alpha1.Orchestration, statuses []orchv1alpha1.StepStatus) *stepTree {
+	t := &stepTree{children: map[string][]string{}, also: map[string][]string{}, status: map[string]orchv1alpha1.StepStatus{}}
 	for _, s := range statuses {
-		byName[s.Name] = s
+		t.status[s.Name] = s
 	}
-	// The graph: the Orchestration's, or (if it is gone) the steps the status lists, flat.
 	var order []string
 	parent := map[string]string{}
-	also := map[string][]string{}
-	if d.orch != nil {
-		for _, s := range d.orch.Spec.Steps {
+	if orch != nil {
+		for _, s := range orch.Spec.Steps {
 			order = append(order, s.Name)
 			if len(s.DependsOn) > 0 {
 				parent[s.Name] = s.DependsOn[0]
-				also[s.Name] = s.DependsOn[1:]
+				t.also[s.Name] = s.DependsOn[1:]
 			}
 		}
 	} else {
@@ -215,15 +217,47 @@ func (d *description) printSteps(w io.Writer, at time.Time) {
 			order = append(order, s.Name)
 		}
 	}
-	children := map[string][]string{}
-	var roots []string
 	for _, n := range order {
 		if p, ok := parent[n]; ok {
-			children[p] = append(children[p], n)
+			t.children[p] = append(t.children[p], n)
 		} else {
-			roots = append(roots, n)
+			t.roots = append(t.roots, n)
 		}
 	}
+	return t
+}
+
+// row is a step's cells: phase, duration, AgentRun and message.
+func (t *stepTree) row(name string, at time.Time) (phase, dur, ref, msg string) {
+	phase, dur, ref, msg = agentsv1alpha1.PhasePending, "-", "<none>", "<none>"
+	s, ok := t.status[name]
+	if !ok {
+		return phase, dur, ref, msg
+	}
+	if s.Phase != "" {
+		phase = s.Phase
+	}
+	if s.StartedAt != nil {
+		end := at
+		if s.FinishedAt != nil {
+			end = s.FinishedAt.Time
+		}
+		dur = durationText(end.Sub(s.StartedAt.Time))
+	}
+	if s.ResourceRef != nil && s.ResourceRef.Name != "" {
+		ref = s.ResourceRef.Name
+	}
+	return phase, dur, ref, none(oneLine(s.Message))
+}
+
+// printSteps writes an OrchestrationRun's steps as a tree (stepTree).
+func (d *description) printSteps(w io.Writer, at time.Time) {
+	statuses := d.run.or.Status.StepStatuses
+	if len(statuses) == 0 && d.orch == nil {
+		fmt.Fprintln(w, "Steps:\t<none>")
+		return
+	}
+	t := newStepTree(d.orch, statuses)
 	fmt.Fprintln(w, "Steps:")
 	fmt.Fprintln(w, "  STEP\tPHASE\tDURATION\tAGENTRUN\tMESSAGE")
 	seen := map[string]bool{}
@@ -234,41 +268,25 @@ func (d *description) printSteps(w io.Writer, at time.Time) {
 		}
 		seen[name] = true
 		branch, next := "", ""
-		if !root {
+		switch {
+		case root:
+		case last:
+			branch, next = "└─ ", "   "
+		default:
 			branch, next = "├─ ", "│  "
-			if last {
-				branch, next = "└─ ", "   "
-			}
-		}
-		s, ok := byName[name]
-		phase, dur, ref, msg := agentsv1alpha1.PhasePending, "-", "<none>", "<none>"
-		if ok {
-			if s.Phase != "" {
-				phase = s.Phase
-			}
-			if s.StartedAt != nil {
-				end := at
-				if s.FinishedAt != nil {
-					end = s.FinishedAt.Time
-				}
-				dur = durationText(end.Sub(s.StartedAt.Time))
-			}
-			if s.ResourceRef != nil && s.ResourceRef.Name != "" {
-				ref = s.ResourceRef.Name
-			}
-			msg = none(oneLine(s.Message))
 		}
 		label := name
-		if extra := also[name]; len(extra) > 0 {
+		if extra := t.also[name]; len(extra) > 0 {
 			label += " (also after " + strings.Join(extra, ", ") + ")"
 		}
+		phase, dur, ref, msg := t.row(name, at)
 		fmt.Fprintf(w, "  %s%s%s\t%s\t%s\t%s\t%s\n", prefix, branch, label, phase, dur, ref, msg)
-		kids := children[name]
+		kids := t.children[name]
 		for i, c := range kids {
 			walk(c, prefix+next, i == len(kids)-1, false)
 		}
 	}
-	for _, n := range roots {
+	for _, n := range t.roots {
 		walk(n, "", true, true)
 	}
 }

@@ -137,11 +137,6 @@ func (k *kube) sources(ctx context.Context, r *run, step string) ([]logSource, e
 	return out, nil
 }
 
-// stream is one container's log being read.
-type stream struct {
-	pod, container, prefix string
-}
-
 // lineWriter writes whole lines, each with its prefix, from many streams at once.
 type lineWriter struct {
 	mu      sync.Mutex
@@ -230,126 +225,167 @@ func (k *kube) podsOf(ctx context.Context, ar *agentsv1alpha1.AgentRun, workflow
 	return pods, nil
 }
 
+// logFollower reads the logs of a run's pods: each pass looks at every step once and starts a
+// stream for each container that has started and has none yet.
+type logFollower struct {
+	k                    *kube
+	o                    *logsOptions
+	lw                   *lineWriter
+	stderr               io.Writer
+	orStep, workflowStep string
+	started              map[string]bool   // pod/container streams begun
+	notes                map[string]string // what was said on stderr, by what it was said of
+	streams              context.Context
+	wg                   sync.WaitGroup
+}
+
+// note says msg on stderr, once for each thing it is said of, until it changes.
+func (f *logFollower) note(key, msg string) {
+	if f.notes[key] != msg {
+		f.notes[key] = msg
+		fmt.Fprintln(f.stderr, msg)
+	}
+}
+
+// pass looks at every step of r once; gone is how many steps' logs are gone.
+func (f *logFollower) pass(ctx context.Context, r *run) (gone int, err error) {
+	srcs, err := f.k.sources(ctx, r, f.orStep)
+	if err != nil {
+		return 0, err
+	}
+	for _, src := range srcs {
+		isGone, err := f.source(ctx, r, src)
+		if err != nil {
+			return 0, err
+		}
+		if isGone {
+			gone++
+		}
+	}
+	return gone, nil
+}
+
+// source starts the streams of one step's pods, or says why it has none.
+func (f *logFollower) source(ctx context.Context, r *run, src logSource) (gone bool, err error) {
+	label := r.ref()
+	if src.step != "" {
+		label = "[" + src.step + "]"
+	}
+	switch {
+	case src.taken != nil:
+		f.note(src.step, fmt.Sprintf("%s succeeded in orchestrationrun/%s and did not run again here (its AgentRun: %s): agentctl logs run %s --step %s",
+			label, r.retryOf, src.taken.ResourceRef.Name, r.retryOf, src.step))
+		return false, nil
+	case src.ar == nil:
+		if r.finishedRun() {
+			f.note(src.step, fmt.Sprintf("%s never ran: %s", label, none(src.never)))
+		}
+		return false, nil
+	}
+	pods, err := f.k.podsOf(ctx, src.ar, f.workflowStep)
+	if err != nil {
+		return false, err
+	}
+	if len(pods) == 0 {
+		msg, isGone, err := f.k.noPods(ctx, src.ar, label)
+		if err != nil {
+			return false, err
+		}
+		if isGone || !f.o.follow {
+			f.note(src.step, msg)
+		}
+		return isGone, nil
+	}
+	for i := range pods {
+		f.pod(label, src.step, &pods[i])
+	}
+	return false, nil
+}
+
+// pod starts a stream for each of the pod's containers that has started (and has none yet):
+// read at once without -f, in the background with it.
+func (f *logFollower) pod(label, step string, pod *corev1.Pod) {
+	for _, c := range pod.Spec.Containers {
+		key := pod.Name + "/" + c.Name
+		if f.started[key] {
+			continue
+		}
+		ok, ended := containerState(pod, c.Name)
+		if !ok {
+			if !f.o.follow {
+				f.note(key, fmt.Sprintf("%s pod %s: container %s has not started (%s)", label, pod.Name, c.Name, pod.Status.Phase))
+			}
+			continue
+		}
+		f.started[key] = true
+		opts := &corev1.PodLogOptions{Container: c.Name, Follow: f.o.follow && !ended, Timestamps: f.o.timestamps}
+		what := fmt.Sprintf("%s pod %s container %s", label, pod.Name, c.Name)
+		read := func() { f.read(key, what, pod, opts, prefix(step, pod, c.Name)) }
+		if !f.o.follow {
+			read()
+			continue
+		}
+		f.wg.Add(1)
+		go func() { defer f.wg.Done(); read() }()
+	}
+}
+
+// read copies one container's log, each line prefixed.
+func (f *logFollower) read(key, what string, pod *corev1.Pod, opts *corev1.PodLogOptions, p string) {
+	rc, err := f.k.core.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, opts).Stream(f.streams)
+	if err != nil {
+		if f.streams.Err() == nil {
+			f.note(key, fmt.Sprintf("%s: %v", what, err))
+		}
+		return
+	}
+	if err := f.lw.copy(f.streams, p, rc); err != nil && f.streams.Err() == nil {
+		f.note(key, fmt.Sprintf("%s: the log stream broke: %v", what, err))
+	}
+}
+
+// finish waits (up to the grace period) for the open streams to end, then ends them.
+func (f *logFollower) finish(ctx context.Context, cancel context.CancelFunc) {
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(f.o.grace):
+	case <-ctx.Done():
+	}
+	cancel()
+	f.wg.Wait()
+}
+
 // logs prints (and with -f follows) the logs of r's pods.
 func (k *kube) logs(ctx context.Context, r *run, o *logsOptions, stdout, stderr io.Writer) error {
-	orStep, workflowStep := o.step, ""
+	f := &logFollower{k: k, o: o, lw: &lineWriter{w: stdout}, stderr: stderr, orStep: o.step, started: map[string]bool{}, notes: map[string]string{}}
 	if r.ar != nil && o.step != "" {
 		if r.ar.Spec.Workflow == nil {
 			return withCode(ExitUsage, fmt.Errorf("--step names a step: %s is an AgentRun of the %s runtime, which has none", r.ref(), r.runtimeTy))
 		}
-		orStep, workflowStep = "", o.step
+		f.orStep, f.workflowStep = "", o.step
 	}
-	lw := &lineWriter{w: stdout}
-	started := map[string]bool{} // pod/container streams begun
-	var wg sync.WaitGroup
 	streams, cancelStreams := context.WithCancel(ctx)
 	defer cancelStreams()
-	notes := map[string]string{} // step -> what was said of it on stderr
-	note := func(key, msg string) {
-		if notes[key] != msg {
-			notes[key] = msg
-			fmt.Fprintln(stderr, msg)
-		}
-	}
-	gone := 0
+	f.streams = streams
+	var gone int
 	for {
-		srcs, err := k.sources(ctx, r, orStep)
-		if err != nil {
+		var err error
+		if gone, err = f.pass(ctx, r); err != nil {
 			return err
-		}
-		gone = 0
-		for _, src := range srcs {
-			label := r.ref()
-			if src.step != "" {
-				label = "[" + src.step + "]"
-			}
-			switch {
-			case src.taken != nil:
-				from := r.retryOf
-				note(src.step, fmt.Sprintf("%s succeeded in orchestrationrun/%s and did not run again here (its AgentRun: %s): agentctl logs run %s --step %s",
-					label, from, src.taken.ResourceRef.Name, from, src.step))
-				continue
-			case src.ar == nil:
-				if r.finishedRun() {
-					note(src.step, fmt.Sprintf("%s never ran: %s", label, none(src.never)))
-				}
-				continue
-			}
-			pods, err := k.podsOf(ctx, src.ar, workflowStep)
-			if err != nil {
-				return err
-			}
-			if len(pods) == 0 {
-				msg, isGone, err := k.noPods(ctx, src.ar, label)
-				if err != nil {
-					return err
-				}
-				if isGone {
-					gone++
-				}
-				if isGone || !o.follow {
-					note(src.step, msg)
-				}
-				continue
-			}
-			for i := range pods {
-				pod := &pods[i]
-				for _, c := range pod.Spec.Containers {
-					key := pod.Name + "/" + c.Name
-					if started[key] {
-						continue
-					}
-					ok, ended := containerState(pod, c.Name)
-					if !ok {
-						if !o.follow {
-							note(key, fmt.Sprintf("%s pod %s: container %s has not started (%s)", label, pod.Name, c.Name, pod.Status.Phase))
-						}
-						continue
-					}
-					started[key] = true
-					req := k.core.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c.Name, Follow: o.follow && !ended, Timestamps: o.timestamps})
-					p := prefix(src.step, pod, c.Name)
-					read := func() {
-						rc, err := req.Stream(streams)
-						if err != nil {
-							if streams.Err() == nil {
-								note(key, fmt.Sprintf("%s pod %s container %s: %v", label, pod.Name, c.Name, err))
-							}
-							return
-						}
-						if err := lw.copy(streams, p, rc); err != nil && streams.Err() == nil {
-							note(key, fmt.Sprintf("%s pod %s container %s: the log stream broke: %v", label, pod.Name, c.Name, err))
-						}
-					}
-					if !o.follow {
-						read()
-						continue
-					}
-					wg.Add(1)
-					go func() { defer wg.Done(); read() }()
-				}
-			}
 		}
 		if !o.follow {
 			break
 		}
-		if r.finishedRun() {
-			// One more look after the end caught the last pods; then let the streams finish.
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(o.grace):
-			case <-ctx.Done():
-			}
-			cancelStreams()
-			wg.Wait()
+		if r.finishedRun() { // this last pass after the end caught the last pods
+			f.finish(ctx, cancelStreams)
 			break
 		}
 		select {
 		case <-ctx.Done():
 			cancelStreams()
-			wg.Wait()
+			f.wg.Wait()
 			return nil
 		case <-time.After(o.poll):
 		}
@@ -357,12 +393,11 @@ func (k *kube) logs(ctx context.Context, r *run, o *logsOptions, stdout, stderr 
 		if err != nil {
 			return err
 		}
-		if cur == nil { // ctx ended
-			continue
+		if cur != nil { // nil: ctx ended
+			r = cur
 		}
-		r = cur
 	}
-	if gone > 0 && !lw.printed {
+	if gone > 0 && !f.lw.printed {
 		return withCode(ExitRejected, fmt.Errorf("the logs of %s are gone (see above)", r.ref()))
 	}
 	return nil

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -31,14 +30,6 @@ var runKindNames = map[string][]string{
 	"run": {kindAgentRun, kindOrchestrationRun}, "runs": {kindAgentRun, kindOrchestrationRun},
 	"agentrun": {kindAgentRun}, "agentruns": {kindAgentRun}, "ar": {kindAgentRun}, "agr": {kindAgentRun},
 	"orchestrationrun": {kindOrchestrationRun}, "orchestrationruns": {kindOrchestrationRun}, "or": {kindOrchestrationRun}, "orchrun": {kindOrchestrationRun},
-}
-
-// gvkOf is a run kind's group, version and kind.
-func gvkOf(kind string) schema.GroupVersionKind {
-	if kind == kindOrchestrationRun {
-		return orchv1alpha1.GroupVersion.WithKind(kind)
-	}
-	return agentsv1alpha1.GroupVersion.WithKind(kind)
 }
 
 // run is what the run verbs show of an AgentRun or an OrchestrationRun: the object itself (with
