@@ -589,7 +589,7 @@ spec:
 }
 
 // checkExamples applies examples/ and waits for each run's phase; the pods ran on the real node
-// and `kubectl logs` shows the example agent's output; each run had one Job.
+// and `kubectl logs` and `agentctl logs` show the example agent's output; each run had one Job.
 func (c *kcluster) checkExamples(t *testing.T, jobs *jobRecorder) {
 	c.deleteRuns(t)
 	if out, err := c.kubectlRuns("apply", "-f", "examples/"); err != nil {
@@ -612,6 +612,18 @@ func (c *kcluster) checkExamples(t *testing.T, jobs *jobRecorder) {
 	if err != nil || !strings.Contains(out, "agent codex (provider codex-runner): run "+c.runsNS+"/hello starting") ||
 		!strings.Contains(out, "parameter ISSUE=42") || !strings.Contains(out, "exiting 0") {
 		t.Errorf("kubectl logs job/%s: %v\n%s", job, err, out)
+	}
+	// agentctl logs shows the real containers' output: a lone run's as it is, each step's of the
+	// diamond prefixed [step].
+	out, err = c.cmd(context.Background(), "agentctl", "-n", c.runsNS, "logs", "run", "hello")
+	if err != nil || !strings.Contains(out, "agent codex (provider codex-runner): run "+c.runsNS+"/hello starting") || !strings.Contains(out, "exiting 0") {
+		t.Errorf("agentctl logs run hello: %v\n%s", err, out)
+	}
+	out, err = c.cmd(context.Background(), "agentctl", "-n", c.runsNS, "logs", "run", "plan-and-implement-1")
+	for _, s := range []string{"plan", "implement", "test", "review"} {
+		if !strings.Contains(out, "["+s+"] agent codex (provider codex-runner): run "+c.runsNS+"/plan-and-implement-1-"+s) {
+			t.Errorf("agentctl logs run plan-and-implement-1: no [%s] line: %v\n%s", s, err, out)
+		}
 	}
 	pods, err := c.kube.CoreV1().Pods(c.runsNS).List(context.Background(), metav1.ListOptions{LabelSelector: "agents.proompteng.ai/agent-run"})
 	if err != nil {
