@@ -78,8 +78,8 @@ func TestDistBuildsAgentctlForEveryPlatformWithChecksumsAndAKrewManifest(t *test
 	dist := t.TempDir()
 	const url = "https://downloads.example.invalid/agentctl/test"
 	// Two of the six platforms, to keep CI time down: the one this machine runs (linux/amd64) and
-	// one with another OS and architecture (windows/arm64). Each other platform compiles all of
-	// agentctl's packages afresh from a cold build cache (about 10 minutes on two busy cores).
+	// one with another OS and architecture (windows/arm64), which compiles all of agentctl's
+	// packages afresh (this test took 136 s in all here on 2026-12-02, after make build).
 	platforms := [][2]string{{"linux", "amd64"}, {"windows", "arm64"}}
 	out, err := runWithin(ctx, t, 30*time.Minute, nil, "make", "-C", root, "-s", "dist",
 		"DIST_DIR="+dist, "DIST_PLATFORMS=linux/amd64 windows/arm64", "DIST_URL="+url)

@@ -890,7 +890,7 @@ func agentctlRunVerbs(ctx context.Context, t *testing.T, kubeconfig string, kube
 	expect("retry of a Succeeded run", out, code, 5, "there is nothing to retry")
 
 	out, code = ac("resubmit", "run", "ux-hello", "--name", "ux-hello-2", "-o", "name")
-	expect("resubmit -o name", out, code, 0, "agentrun/ux-hello-2")
+	expect("resubmit -o name", out, code, 0, "agentrun.agents.proompteng.ai/ux-hello-2")
 	if out, err := kubectl("-n", "agents", "get", "agentrun", "ux-hello-2", "-o", `jsonpath={.metadata.annotations.agents\.proompteng\.ai/resubmit-of}`); err != nil || out != "ux-hello" {
 		t.Errorf("resubmit-of: %q %v", out, err)
 	}
