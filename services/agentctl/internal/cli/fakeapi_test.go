@@ -35,6 +35,8 @@ type fakeAPI struct {
 	auth    []string                    // the Authorization header of each request
 	created []map[string]any
 	patches []string // METHOD path?dryRun of each patch
+	// watches are the events a watch of a resource gets, after which the fake ends it.
+	watches map[string][]watchEvent
 	srv     *httptest.Server
 }
 
@@ -178,7 +180,22 @@ func (f *fakeAPI) find(res, ns, name string) (map[string]any, bool) {
 	return nil, false
 }
 
+// watchEvent is one event of a watch, as the API server streams it.
+type watchEvent struct {
+	Type   string         `json:"type"`
+	Object map[string]any `json:"object"`
+}
+
 func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request, res, ns string) {
+	if q := r.URL.Query().Get("watch"); q == "true" || q == "1" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		for _, ev := range f.watches[res] {
+			_ = enc.Encode(ev)
+		}
+		return
+	}
 	sel, err := labels.Parse(r.URL.Query().Get("labelSelector"))
 	if err != nil {
 		writeStatus(w, http.StatusBadRequest, err.Error())

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 )
@@ -128,4 +130,33 @@ func TestGoldenSubmitWatchProgress(t *testing.T) {
 		prev = cur
 	}
 	golden(t, "submit-watch-progress", b.String())
+}
+
+// TestGoldenGetWatch: get --watch prints the list, then a row for each change (no second header),
+// and exits 6 when the API server ends the watch, saying to run it again.
+func TestGoldenGetWatch(t *testing.T) {
+	stopClock(t)
+	f := world(t)
+	running := agentRun("next", agentsv1alpha1.PhaseRunning, "", 50*time.Minute, 0)
+	running.Status.FinishedAt = nil
+	done := running.DeepCopy()
+	done.Status.Phase, done.Status.Message, done.Status.FinishedAt = agentsv1alpha1.PhaseSucceeded, "the Job completed", at(50*time.Minute+20*time.Second)
+	var evs []watchEvent
+	for _, e := range []struct {
+		typ string
+		obj *agentsv1alpha1.AgentRun
+	}{{"ADDED", running}, {"MODIFIED", done}} {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(e.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, watchEvent{Type: e.typ, Object: u})
+	}
+	f.watches = map[string][]watchEvent{"agentruns": evs}
+	var out, errOut bytes.Buffer
+	code := Execute(context.Background(), []string{"--kubeconfig", f.kubeconfig(t, "agents"), "get", "agentruns", "-l", "agents.proompteng.ai/agent=codex", "--watch"}, nil, &out, &errOut)
+	if code != ExitUnavailable {
+		t.Errorf("exit %d, want %d (the watch ended); stderr %s", code, ExitUnavailable, errOut.String())
+	}
+	golden(t, "get-agentruns-watch", out.String()+"--- stderr\n"+errOut.String())
 }
