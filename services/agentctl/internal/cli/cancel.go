@@ -38,23 +38,10 @@ With --wait, agentctl returns once the run is finished and prints how it ended. 
 		Example: `  agentctl -n agents cancel orchestrationrun plan-and-implement-1 --wait
   agentctl -n agents cancel run hello`,
 		Args: cobra.ExactArgs(2),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) == 0 {
-				return []string{"run", "orchestrationrun", "agentrun"}, cobra.ShellCompDirectiveNoFileComp
-			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		},
+		ValidArgsFunction: nounCompletion("run", "orchestrationrun", "agentrun"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kinds, name, err := runTarget(args[0], args[1], "cancel")
-			if err != nil {
-				return err
-			}
-			k, err := g.kubeClients()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			r, err := k.getRun(ctx, k.namespace, kinds, name)
+			k, r, err := g.targetRun(ctx, args[0], args[1], "cancel")
 			if err != nil {
 				return err
 			}

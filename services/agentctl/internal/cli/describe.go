@@ -48,22 +48,9 @@ the run's Jobs with their pods; and its events.
 		Example: `  agentctl describe run hello
   agentctl -n agents describe run orchestrationrun/plan-and-implement-1`,
 		Args: cobra.ExactArgs(2),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) == 0 {
-				return []string{"run"}, cobra.ShellCompDirectiveNoFileComp
-			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		},
+		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kinds, name, err := runTarget(args[0], args[1], "describe")
-			if err != nil {
-				return err
-			}
-			k, err := g.kubeClients()
-			if err != nil {
-				return err
-			}
-			r, err := k.getRun(cmd.Context(), k.namespace, kinds, name)
+			k, r, err := g.targetRun(cmd.Context(), args[0], args[1], "describe")
 			if err != nil {
 				return err
 			}

@@ -148,7 +148,8 @@ func world(t *testing.T) *fakeAPI {
 			ar := stepAgentRun(or, s)
 			objs = append(objs, ar,
 				runJob(ar.Name+"-job", ar.Labels, s.StartedAt.Sub(t0), s.Phase == agentsv1alpha1.PhaseSucceeded),
-				podOf(ar.Name+"-job-abcde", map[string]string{agentsv1alpha1.LabelAgentRun: agentsv1alpha1.LabelValue(ar.Name)}, "agent"))
+				podOf(ar.Name+"-job-abcde", map[string]string{agentsv1alpha1.LabelAgentRun: agentsv1alpha1.LabelValue(ar.Name),
+					agentsv1alpha1.LabelOrchestrationRun: agentsv1alpha1.LabelValue(or.Name)}, "agent"))
 		}
 	}
 	f := newFakeAPI(t, objs...)

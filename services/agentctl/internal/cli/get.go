@@ -38,12 +38,7 @@ interrupted.
   agentctl get runs -o custom-columns=NAME:.metadata.name,PHASE:.status.phase --no-headers
   agentctl get runs --watch`,
 		Args: cobra.MinimumNArgs(1),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) == 0 {
-				return []string{"runs", "agentruns", "orchestrationruns"}, cobra.ShellCompDirectiveNoFileComp
-			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		},
+		ValidArgsFunction: nounCompletion("runs", "agentruns", "orchestrationruns"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kinds, ok := runKindNames[strings.ToLower(args[0])]
 			if !ok {

@@ -64,25 +64,12 @@ the run or the step does not exist; 2 bad usage; 4 access refused; 1 anything el
   agentctl logs run plan-and-implement-1 -f
   agentctl logs run plan-and-implement-1 --step implement`,
 		Args: cobra.ExactArgs(2),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) == 0 {
-				return []string{"run"}, cobra.ShellCompDirectiveNoFileComp
-			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		},
+		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.step != "" && o.allSteps {
 				return withCode(ExitUsage, errors.New("give one of --step and --all-steps"))
 			}
-			kinds, name, err := runTarget(args[0], args[1], "logs")
-			if err != nil {
-				return err
-			}
-			k, err := g.kubeClients()
-			if err != nil {
-				return err
-			}
-			r, err := k.getRun(cmd.Context(), k.namespace, kinds, name)
+			k, r, err := g.targetRun(cmd.Context(), args[0], args[1], "logs")
 			if err != nil {
 				return err
 			}
@@ -209,20 +196,29 @@ func containerState(pod *corev1.Pod, container string) (started, ended bool) {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// podsOf are an AgentRun's pods (run-controller labels them with the run), oldest first,
-// narrowed to a workflow step when step names one.
-func (k *kube) podsOf(ctx context.Context, ar *agentsv1alpha1.AgentRun, workflowStep string) ([]corev1.Pod, error) {
-	sel := agentsv1alpha1.LabelAgentRun + "=" + agentsv1alpha1.LabelValue(ar.Name)
+// podsOf are the pods of r's AgentRuns (run-controller labels them with their AgentRun, and
+// with the OrchestrationRun a step belongs to), narrowed to a workflow step when step names one,
+// by AgentRun (its label value), oldest first: one list for the whole run.
+func (k *kube) podsOf(ctx context.Context, r *run, workflowStep string) (map[string][]corev1.Pod, error) {
+	sel := agentsv1alpha1.LabelAgentRun + "=" + agentsv1alpha1.LabelValue(r.meta.Name)
+	if r.or != nil {
+		sel = agentsv1alpha1.LabelOrchestrationRun + "=" + agentsv1alpha1.LabelValue(r.meta.Name)
+	}
 	if workflowStep != "" {
 		sel += "," + agentsv1alpha1.LabelWorkflowStep + "=" + agentsv1alpha1.LabelValue(workflowStep)
 	}
-	list, err := k.core.CoreV1().Pods(ar.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := k.core.CoreV1().Pods(r.meta.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
-		return nil, apiError(err, "list the pods of agentrun/"+ar.Name)
+		return nil, apiError(err, "list the pods of "+r.ref())
 	}
 	pods := list.Items
 	sort.SliceStable(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
-	return pods, nil
+	out := map[string][]corev1.Pod{}
+	for _, p := range pods {
+		ar := p.Labels[agentsv1alpha1.LabelAgentRun]
+		out[ar] = append(out[ar], p)
+	}
+	return out, nil
 }
 
 // logFollower reads the logs of a run's pods: each pass looks at every step once and starts a
@@ -247,14 +243,23 @@ func (f *logFollower) note(key, msg string) {
 	}
 }
 
-// pass looks at every step of r once; gone is how many steps' logs are gone.
+// pass looks at every step of r once (one list of its pods for all); gone is how many steps'
+// logs are gone.
 func (f *logFollower) pass(ctx context.Context, r *run) (gone int, err error) {
 	srcs, err := f.k.sources(ctx, r, f.orStep)
 	if err != nil {
 		return 0, err
 	}
+	pods, err := f.k.podsOf(ctx, r, f.workflowStep)
+	if err != nil {
+		return 0, err
+	}
 	for _, src := range srcs {
-		isGone, err := f.source(ctx, r, src)
+		var mine []corev1.Pod
+		if src.ar != nil {
+			mine = pods[agentsv1alpha1.LabelValue(src.ar.Name)]
+		}
+		isGone, err := f.source(ctx, r, src, mine)
 		if err != nil {
 			return 0, err
 		}
@@ -266,7 +271,7 @@ func (f *logFollower) pass(ctx context.Context, r *run) (gone int, err error) {
 }
 
 // source starts the streams of one step's pods, or says why it has none.
-func (f *logFollower) source(ctx context.Context, r *run, src logSource) (gone bool, err error) {
+func (f *logFollower) source(ctx context.Context, r *run, src logSource, pods []corev1.Pod) (gone bool, err error) {
 	label := r.ref()
 	if src.step != "" {
 		label = "[" + src.step + "]"
@@ -281,10 +286,6 @@ func (f *logFollower) source(ctx context.Context, r *run, src logSource) (gone b
 			f.note(src.step, fmt.Sprintf("%s never ran: %s", label, none(src.never)))
 		}
 		return false, nil
-	}
-	pods, err := f.k.podsOf(ctx, src.ar, f.workflowStep)
-	if err != nil {
-		return false, err
 	}
 	if len(pods) == 0 {
 		msg, isGone, err := f.k.noPods(ctx, src.ar, label)

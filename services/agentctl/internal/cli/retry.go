@@ -96,25 +96,12 @@ any phase, except a step of an OrchestrationRun (resubmit the OrchestrationRun).
 	cmd := &cobra.Command{
 		Use: use, Short: short, Long: long + runExitCodesHelp, Example: example,
 		Args: cobra.ExactArgs(2),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) == 0 {
-				return []string{"run"}, cobra.ShellCompDirectiveNoFileComp
-			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		},
+		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(); err != nil {
 				return err
 			}
-			kinds, name, err := runTarget(args[0], args[1], verb)
-			if err != nil {
-				return err
-			}
-			k, err := g.kubeClients()
-			if err != nil {
-				return err
-			}
-			r, err := k.getRun(cmd.Context(), k.namespace, kinds, name)
+			_, r, err := g.targetRun(cmd.Context(), args[0], args[1], verb)
 			if err != nil {
 				return err
 			}

@@ -239,26 +239,13 @@ while waiting), 1 anything else.`,
   agentctl wait run plan-and-implement-1 --for phase=Succeeded --timeout 30m
   agentctl wait run agentrun/hello --for condition=Ready=False`,
 		Args: cobra.ExactArgs(2),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) == 0 {
-				return []string{"run"}, cobra.ShellCompDirectiveNoFileComp
-			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		},
+		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kinds, name, err := runTarget(args[0], args[1], "wait")
-			if err != nil {
-				return err
-			}
 			w, err := parseFor(forFlag)
 			if err != nil {
 				return err
 			}
-			k, err := g.kubeClients()
-			if err != nil {
-				return err
-			}
-			r, err := k.getRun(cmd.Context(), k.namespace, kinds, name)
+			k, r, err := g.targetRun(cmd.Context(), args[0], args[1], "wait")
 			if err != nil {
 				return err
 			}
@@ -280,6 +267,34 @@ func reachedLine(r *run, w waitFor) string {
 		return r.phase
 	}
 	return w.String() + " reached (" + r.phaseOrPending() + ")"
+}
+
+// nounCompletion completes a verb's first argument, its noun (run, runs, ...), and nothing after.
+func nounCompletion(nouns ...string) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) == 0 {
+			return nouns, cobra.ShellCompDirectiveNoFileComp
+		}
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// targetRun reads the run a verb names (agentctl VERB NOUN NAME, runTarget) from the kubeconfig's
+// API server, with the clients the verb goes on with.
+func (g *globalOptions) targetRun(ctx context.Context, noun, arg, verb string) (*kube, *run, error) {
+	kinds, name, err := runTarget(noun, arg, verb)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := g.kubeClients()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := k.getRun(ctx, k.namespace, kinds, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, r, nil
 }
 
 // runTarget reads the noun and name of a run verb (agentctl VERB run NAME, VERB agentrun NAME,

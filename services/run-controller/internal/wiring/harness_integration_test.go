@@ -229,6 +229,20 @@ func waitPhase(t *testing.T, ns, name, phase string, timeout time.Duration) *age
 	return ar
 }
 
+// waitOrchPhase waits until the OrchestrationRun is in phase and returns it as then read.
+func waitOrchPhase(t *testing.T, ns, name, phase string, timeout time.Duration) *orchv1alpha1.OrchestrationRun {
+	t.Helper()
+	var or *orchv1alpha1.OrchestrationRun
+	testenv.Eventually(t, timeout, "OrchestrationRun "+name+" "+phase, func() error {
+		or = getOrchRun(t, ns, name)
+		if or.Status.Phase != phase {
+			return fmt.Errorf("%+v", or.Status)
+		}
+		return nil
+	})
+	return or
+}
+
 func jobsIn(t *testing.T, ns string) []batchv1.Job {
 	t.Helper()
 	l, err := kc.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{})

@@ -239,14 +239,7 @@ func TestOrchestrationRunStartsStepsWhenTheirDependenciesSucceed(t *testing.T) {
 	}
 	finishStep(t, ns, "dia", "c", true)
 	finishStep(t, ns, "dia", "d", true)
-	var got *orchv1alpha1.OrchestrationRun
-	testenv.Eventually(t, 20*time.Second, "orchestration run Succeeded", func() error {
-		got = getOrchRun(t, ns, "dia")
-		if got.Status.Phase != agentsv1alpha1.PhaseSucceeded {
-			return fmt.Errorf("%+v", got.Status)
-		}
-		return nil
-	})
+	got := waitOrchPhase(t, ns, "dia", agentsv1alpha1.PhaseSucceeded, 20*time.Second)
 	if got.Status.FinishedAt == nil || got.Status.RunID != string(got.UID) || len(got.Status.StepStatuses) != 4 {
 		t.Errorf("status %+v", got.Status)
 	}
@@ -470,25 +463,13 @@ func TestARetriedOrchestrationRunRunsOnlyTheStepsThatDidNotSucceed(t *testing.T)
 	finishStep(t, ns, "dia", "a", true)
 	finishStep(t, ns, "dia", "c", true)
 	finishStep(t, ns, "dia", "b", false)
-	testenv.Eventually(t, 20*time.Second, "the first run Failed", func() error {
-		if got := getOrchRun(t, ns, "dia"); got.Status.Phase != agentsv1alpha1.PhaseFailed {
-			return fmt.Errorf("%+v", got.Status)
-		}
-		return nil
-	})
+	waitOrchPhase(t, ns, "dia", agentsv1alpha1.PhaseFailed, 20*time.Second)
 	retry := orchRun(ns, "dia-retry", "diamond")
 	retry.Spec.RetryOf = "dia"
 	create(t, "orchestrationruns", ns, retry)
 	finishStep(t, ns, "dia-retry", "b", true)
 	finishStep(t, ns, "dia-retry", "d", true)
-	var got *orchv1alpha1.OrchestrationRun
-	testenv.Eventually(t, 20*time.Second, "the retry Succeeded", func() error {
-		got = getOrchRun(t, ns, "dia-retry")
-		if got.Status.Phase != agentsv1alpha1.PhaseSucceeded {
-			return fmt.Errorf("%+v", got.Status)
-		}
-		return nil
-	})
+	got := waitOrchPhase(t, ns, "dia-retry", agentsv1alpha1.PhaseSucceeded, 20*time.Second)
 	settle(t, c, "OrchestrationRun", ns, "dia-retry")
 	for _, n := range []string{"dia-retry-a", "dia-retry-c"} {
 		if childExists(t, ns, n) {
