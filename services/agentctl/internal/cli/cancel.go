@@ -37,7 +37,7 @@ With --wait, agentctl returns once the run is finished and prints how it ended. 
 5 no such run; 9 --timeout passed before the run finished; 1 anything else.`,
 		Example: `  agentctl -n agents cancel orchestrationrun plan-and-implement-1 --wait
   agentctl -n agents cancel run hello`,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: nounCompletion("run", "orchestrationrun", "agentrun"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

@@ -47,7 +47,7 @@ the run's Jobs with their pods; and its events.
 ` + runExitCodesHelp,
 		Example: `  agentctl describe run hello
   agentctl -n agents describe run orchestrationrun/plan-and-implement-1`,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, r, err := g.targetRun(cmd.Context(), args[0], args[1], "describe")

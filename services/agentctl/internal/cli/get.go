@@ -37,7 +37,7 @@ interrupted.
   agentctl get orchestrationruns plan-and-implement-1 -o yaml
   agentctl get runs -o custom-columns=NAME:.metadata.name,PHASE:.status.phase --no-headers
   agentctl get runs --watch`,
-		Args: cobra.MinimumNArgs(1),
+		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: nounCompletion("runs", "agentruns", "orchestrationruns"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kinds, ok := runKindNames[strings.ToLower(args[0])]

@@ -63,7 +63,7 @@ the run or the step does not exist; 2 bad usage; 4 access refused; 1 anything el
 		Example: `  agentctl logs run hello
   agentctl logs run plan-and-implement-1 -f
   agentctl logs run plan-and-implement-1 --step implement`,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.step != "" && o.allSteps {

@@ -95,7 +95,7 @@ any phase, except a step of an OrchestrationRun (resubmit the OrchestrationRun).
 	verb := map[bool]string{true: "retry", false: "resubmit"}[retry]
 	cmd := &cobra.Command{
 		Use: use, Short: short, Long: long + runExitCodesHelp, Example: example,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(); err != nil {

@@ -238,7 +238,7 @@ while waiting), 1 anything else.`,
 		Example: `  agentctl wait run hello
   agentctl wait run plan-and-implement-1 --for phase=Succeeded --timeout 30m
   agentctl wait run agentrun/hello --for condition=Ready=False`,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w, err := parseFor(forFlag)
