@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/agentplane/agentplane/libs/testenv"
 )
@@ -62,6 +65,13 @@ func scaleTiers() []int {
 // (sampled every second) and CPU seconds (from /proc), and status-writer's and event-emitter's
 // gRPC requests per second. Cost per run must not grow with the number of runs: the last tier's
 // requests and CPU per run are compared with the first's.
+//
+// Each tier has a baseline, measured on the same stack just before it (plainJobs): the same
+// number of runs as plain Jobs with ttlSecondsAfterFinished 0, created at once until every Job
+// and pod is gone, with the API server's requests per Job counted the same way. Reported per
+// tier: the whole-life throughput through agentplane as a fraction of the plain Jobs'
+// (throughput_vs_plain, goal >= 0.9 at the largest tier) and its API requests per run over
+// theirs (api_req_vs_plain, goal <= 1.3).
 //
 // Every tier counts a run's whole life, its Job's deletion included: the stack runs with a Job
 // TTL of AGENTPLANE_BENCH_SCALE_JOB_TTL seconds (JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS; default 0,
@@ -157,6 +167,7 @@ func BenchmarkScaleRuns(b *testing.B) {
 		orchs := n / 10
 		total := n + orchs*5
 		name := fmt.Sprintf("t%d", n)
+		plain := plainJobs(b, kc, name, total, ownReads.Load, ownWrites.Load)
 		before := scrapeScale(b, kc, pids)
 		reads0, writes0 := ownReads.Load(), ownWrites.Load()
 		stop := make(chan struct{})
@@ -254,6 +265,11 @@ func BenchmarkScaleRuns(b *testing.B) {
 			busy = append(busy, fmt.Sprintf("%s %.0f%%", svc, 100*r.cpu[svc]/done.Seconds()))
 		}
 		b.Logf("tier %d: CPU over the tier, in %% of one core: %s", n, strings.Join(busy, ", "))
+		throughput := plain.done.Seconds() / done.Seconds()
+		reqRatio := (r.reads + r.writes) / (plain.reads + plain.writes)
+		b.Logf("tier %d: the same %d as plain Jobs (TTL 0, measured just before): created to deleted in %s (%.1f/s), API requests per Job %.2f reads, %.2f writes; "+
+			"whole-life throughput through agentplane %.2f of the plain Jobs' (goal >= 0.9), API requests per run %.2f times theirs (goal <= 1.3)",
+			n, total, plain.done.Round(time.Second), float64(total)/plain.done.Seconds(), plain.reads, plain.writes, throughput, reqRatio)
 		b.Logf("tier %d: most reads (verb resource count, this benchmark's own included): %s", n, topReads(before, after))
 		var gets []string
 		for _, svc := range []string{"run-controller", "job-gc", "status-writer", "event-emitter"} {
@@ -273,6 +289,15 @@ func BenchmarkScaleRuns(b *testing.B) {
 		b.ReportMetric(peak["job-gc"]/(1<<20), p+"jobgc_peak_MiB")
 		b.ReportMetric(r.statusRate, p+"status_req/s")
 		b.ReportMetric(r.eventsRate, p+"events_req/s")
+		b.ReportMetric(plain.done.Seconds(), p+"plain_cleaned_s")
+		b.ReportMetric(plain.reads, p+"plain_api_reads/run")
+		b.ReportMetric(plain.writes, p+"plain_api_writes/run")
+		b.ReportMetric(throughput, p+"throughput_vs_plain")
+		b.ReportMetric(reqRatio, p+"api_req_vs_plain")
+		if n == tiers[len(tiers)-1] {
+			testenv.Goal(b, fmt.Sprintf("n%d_throughput_vs_plain>=0.9", n), throughput >= 0.9)
+			testenv.Goal(b, fmt.Sprintf("n%d_api_req_vs_plain<=1.3", n), reqRatio <= 1.3)
+		}
 	}
 	b.StopTimer()
 	if len(results) >= 2 {
@@ -418,4 +443,78 @@ func samplePeaks(pids map[string]int, stop <-chan struct{}) <-chan map[string]fl
 		}
 	}()
 	return out
+}
+
+// plainResult is the baseline of one tier: the same number of runs as plain Jobs.
+type plainResult struct {
+	done          time.Duration
+	reads, writes float64 // per Job, the API server's own count less the benchmark's requests
+}
+
+// plainJobs is the baseline of a tier's whole life: total Jobs, each as plain as an AgentRun's
+// (one pod, kwok ends it Succeeded 1-5 s after it is Ready) with ttlSecondsAfterFinished 0,
+// created at once by the same client, measured until every Job and pod is gone (the TTL
+// controller deletes each finished Job, the garbage collector its pod). The cluster's own
+// requests count on this side as on agentplane's: the API server's apiserver_request_total less
+// this benchmark's own.
+func plainJobs(b *testing.B, kc kubernetes.Interface, tier string, total int, ownReads, ownWrites func() int64) plainResult {
+	b.Helper()
+	ctx := context.Background()
+	const ns = "agents"
+	sel := "bench=plain-" + tier
+	count := func() int64 {
+		var n int64
+		for _, list := range []func() (int, *int64, error){
+			func() (int, *int64, error) {
+				l, err := kc.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
+				if err != nil {
+					return 0, nil, err
+				}
+				return len(l.Items), l.RemainingItemCount, nil
+			},
+			func() (int, *int64, error) {
+				l, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
+				if err != nil {
+					return 0, nil, err
+				}
+				return len(l.Items), l.RemainingItemCount, nil
+			},
+		} {
+			items, rest, err := list()
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += int64(items)
+			if rest != nil {
+				n += *rest
+			}
+		}
+		return n
+	}
+	before := scrapeScale(b, kc, nil)
+	r0, w0 := ownReads(), ownWrites()
+	start := time.Now()
+	testenv.Parallel(b, total, 32, func(i int) error {
+		_, err := kc.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("plain-%s-%05d", tier, i), Labels: map[string]string{"bench": "plain-" + tier}},
+			Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), TTLSecondsAfterFinished: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"bench": "plain-" + tier}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/agents/bench:1"}}}}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	deadline := start.Add(75 * time.Minute)
+	for count() > 0 {
+		if time.Now().After(deadline) {
+			b.Fatalf("tier %s baseline: %d plain Jobs and pods left after 75m", tier, count())
+		}
+		time.Sleep(2 * time.Second)
+	}
+	done := time.Since(start)
+	after := scrapeScale(b, kc, nil)
+	return plainResult{done: done,
+		reads:  (after["api_reads"] - before["api_reads"] - float64(ownReads()-r0)) / float64(total),
+		writes: (after["api_writes"] - before["api_writes"] - float64(ownWrites()-w0)) / float64(total),
+	}
 }

@@ -64,3 +64,30 @@ func TestDocsNameOnlyTestsThatExist(t *testing.T) {
 		t.Fatalf("only %d test names cited in the docs: the pattern no longer reads them", n)
 	}
 }
+
+// TestDocsCiteRawFilesThatExist: a figure in README.md or docs/ names the raw file of the run it
+// came from (docs/measurements/, docs/bench-*/); every such path cited exists, so a figure cannot
+// point at output that was never committed or has since been removed.
+func TestDocsCiteRawFilesThatExist(t *testing.T) {
+	root := repoRoot(t)
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*", "*.md"))
+	docs = append(append(docs, pages...), filepath.Join(root, "README.md"))
+	cited := regexp.MustCompile("`(docs/(?:measurements|bench-[a-z]+)/[^`*<> ]+)`")
+	n := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range cited.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
+				t.Errorf("%s cites %s, which is not in the repository", strings.TrimPrefix(doc, root+"/"), m[1])
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d raw files cited in the docs: the pattern no longer reads them", n)
+	}
+}

@@ -107,6 +107,13 @@ type AgentRunDefaults struct {
 	// +listType=atomic
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// TerminationGracePeriodSeconds is how long every run's pods get to stop after a cancel or a
+	// deletion before they are killed (the pods' terminationGracePeriodSeconds); unset means
+	// Kubernetes' default (30 seconds), 0 kills them at once.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
 }
 
 // AgentStatus is the observed state of an Agent, written only by status-writer.

@@ -133,6 +133,7 @@ func (c *Reconciler) buildJob(w work) (*batchv1.Job, error) {
 	if d := w.agent.Spec.Defaults; d != nil {
 		job.Spec.Template.Spec.NodeSelector = d.NodeSelector
 		job.Spec.Template.Spec.Tolerations = d.Tolerations
+		job.Spec.Template.Spec.TerminationGracePeriodSeconds = d.TerminationGracePeriodSeconds
 	}
 	return job, nil
 }

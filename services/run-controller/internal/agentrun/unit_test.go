@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/services/run-controller/internal/core"
@@ -158,14 +159,15 @@ func TestQueueCountsOnlyRunsThatMustWait(t *testing.T) {
 }
 
 // A run's pods get what a real node's agent needs: the simulate-* annotations through the
-// downward API, and the Agent's node selector and tolerations; an image from the run, else the
+// downward API, and the Agent's node selector, tolerations and grace period; an image from the run, else the
 // Agent, else run-controller's default (JANGAR_AGENT_IMAGE).
 func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 	agent := &agentsv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "codex"}, Spec: agentsv1alpha1.AgentSpec{
 		ProviderRef: agentsv1alpha1.LocalRef{Name: "p"},
 		Defaults: &agentsv1alpha1.AgentRunDefaults{
-			NodeSelector: map[string]string{"type": "kwok"},
-			Tolerations:  []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector:                  map[string]string{"type": "kwok"},
+			Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
 		},
 	}}
 	run := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "agents", UID: "u1", Annotations: map[string]string{
@@ -200,6 +202,9 @@ func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 	}
 	if pod.Spec.NodeSelector["type"] != "kwok" || len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Key != "kwok.x-k8s.io/node" {
 		t.Errorf("node selector %v, tolerations %v: want the Agent's", pod.Spec.NodeSelector, pod.Spec.Tolerations)
+	}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g != 0 {
+		t.Errorf("terminationGracePeriodSeconds %v: want the Agent's 0", g)
 	}
 
 	agent.Spec.Defaults.Image = "reg.local/agents/codex:2"

@@ -78,7 +78,7 @@ func productionPath(b *testing.B, ns string) (*statusclient.Client, *Metrics) {
 // BenchmarkStatusWriteThroughput compares, in one run against the same API server, status writes
 // through status-writer (gRPC, contract, status subresource, its informers watching the namespace
 // as in production) with direct client-go merge patches of the status subresource. Both paths alternate in rounds so machine noise hits them alike.
-// Reported: writes/s of each and their ratio (goal: through/direct >= 0.9).
+// Reported: writes/s of each and their ratio (goal: through/direct >= 0.95, issue 36).
 func BenchmarkStatusWriteThroughput(b *testing.B) {
 	ns := newNamespace(b)
 	const objects, perRound = 8, 40
@@ -124,7 +124,7 @@ func BenchmarkStatusWriteThroughput(b *testing.B) {
 	b.ReportMetric(n/tThrough.Seconds(), "statuswriter-writes/s")
 	ratio := tDirect.Seconds() / tThrough.Seconds()
 	b.ReportMetric(ratio, "ratio-vs-direct")
-	testenv.Goal(b, "ratio-vs-direct>=0.9", ratio >= 0.9)
+	testenv.Goal(b, "ratio-vs-direct>=0.95", ratio >= 0.95)
 }
 
 // BenchmarkStatusWriteCoalescing runs 8 concurrent writers per object (4 objects) three ways in

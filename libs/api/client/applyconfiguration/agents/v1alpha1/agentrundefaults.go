@@ -22,6 +22,10 @@ type AgentRunDefaultsApplyConfiguration struct {
 	// Tolerations are added to every run's pods, e.g. to run on tainted nodes kept for agents
 	// (or, on `make cluster-up`, on the simulated kwok node).
 	Tolerations []v1.Toleration `json:"tolerations,omitempty"`
+	// TerminationGracePeriodSeconds is how long every run's pods get to stop after a cancel or a
+	// deletion before they are killed (the pods' terminationGracePeriodSeconds); unset means
+	// Kubernetes' default (30 seconds), 0 kills them at once.
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
 }
 
 // AgentRunDefaultsApplyConfiguration constructs a declarative configuration of the AgentRunDefaults type for use with
@@ -75,5 +79,13 @@ func (b *AgentRunDefaultsApplyConfiguration) WithTolerations(values ...v1.Tolera
 	for i := range values {
 		b.Tolerations = append(b.Tolerations, values[i])
 	}
+	return b
+}
+
+// WithTerminationGracePeriodSeconds sets the TerminationGracePeriodSeconds field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TerminationGracePeriodSeconds field is set to the value of the last call.
+func (b *AgentRunDefaultsApplyConfiguration) WithTerminationGracePeriodSeconds(value int64) *AgentRunDefaultsApplyConfiguration {
+	b.TerminationGracePeriodSeconds = &value
 	return b
 }
