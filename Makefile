@@ -413,10 +413,11 @@ bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-s
 	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ScaleRuns -benchtime 1x -timeout 150m .) 2>&1 | tee "$$out"
 
 .PHONY: bench-report
-bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
+bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir; its results, and its logs less their INFO lines) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
 	@run="$(or $(BENCH_RUN),$$(ls -d .bench/*/ 2>/dev/null | sort | tail -1))"; \
 	  [ -n "$$run" ] || { echo "no benchmark results in .bench/: run make bench first" >&2; exit 1; }; \
 	  rm -rf docs/bench-results && mkdir -p docs/bench-results && cp "$${run%/}"/*.txt docs/bench-results/ && \
+	  for log in "$${run%/}"/*.log; do grep -Ev '^[0-9/]{10} [0-9:]{8} INFO |^I[0-9]{4} ' "$$log" > docs/bench-results/$$(basename "$$log") || true; done && \
 	  cd e2e && go run ./cmd/benchreport -run ../docs/bench-results -doc ../docs/benchmarks.md && \
 	  echo ">> docs/benchmarks.md: generated from $$run (copied to docs/bench-results/)"
 

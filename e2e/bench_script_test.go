@@ -76,3 +76,47 @@ func TestBenchRefusesADirtyTree(t *testing.T) {
 		t.Fatalf("the failed tier's output was not kept: %q", log)
 	}
 }
+
+// TestBenchResultsJoinFiguresALogLineSplitFromTheirName: Go prints a benchmark's name before it
+// runs and its figures after, so a line the benchmark logs meanwhile (job-gc's INFO lines do)
+// separates them. hack/bench-results.sh joins the figures back to their name: without that, the
+// run's result is not in <tier>.txt and the report counts one run fewer.
+func TestBenchResultsJoinFiguresALogLineSplitFromTheirName(t *testing.T) {
+	log := strings.Join([]string{
+		"goos: linux",
+		"pkg: example.com/gc",
+		"BenchmarkGC-2   \t       1\t        48.11 direct-s\t         0.99 gc-vs-direct",
+		"--- BENCH: BenchmarkGC-2",
+		"    bench_test.go:159: goal met: gc-vs-direct>=0.8",
+		"BenchmarkGC-2   \t2026/12/02 05:23:57 INFO caches synced; guarding Job results",
+		"2026/12/02 05:23:57 INFO released job-result hold job=bench-6/j-1718",
+		"       1\t        48.12 direct-s\t         0.98 gc-vs-direct",
+		"--- BENCH: BenchmarkGC-2",
+		"    bench_test.go:160: GOAL MISSED: gc-vs-direct>=0.99",
+		"PASS",
+		"ok  \texample.com/gc\t544.7s",
+	}, "\n") + "\n"
+	cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(repoRoot(t), "hack", "bench-results.sh"))
+	cmd.Stdin = strings.NewReader(log)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "BenchmarkGC-2") {
+			results = append(results, l)
+		}
+		if strings.Contains(l, "INFO") {
+			t.Errorf("a log line was kept: %q", l)
+		}
+	}
+	if len(results) != 2 || !strings.Contains(results[1], "48.12 direct-s") || !strings.HasPrefix(results[1], "BenchmarkGC-2\t1\t") {
+		t.Fatalf("results %q, want both runs, the second joined to its name:\n%s", results, out)
+	}
+	for _, want := range []string{"goos: linux", "pkg: example.com/gc", "goal met: gc-vs-direct>=0.8", "GOAL MISSED: gc-vs-direct>=0.99", "PASS", "ok  \texample.com/gc"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -41,7 +41,8 @@ echo ">> bench: results in $dir"
 
 # Each tier's whole output goes to <tier>.log; <tier>.txt keeps the benchmark format only (the
 # configuration lines, the results, and the goal verdicts the benchmarks logged).
-results() { grep -E '^(goos|goarch|pkg|cpu): |^Benchmark|^--- (BENCH|FAIL)|^ +[^ ].*(goal met|GOAL MISSED)|^(ok|FAIL|PASS)' "$1.log" > "$1.txt" || true; }
+# (hack/bench-results.sh; it joins a result's figures back to its name when a log line split them).
+results() { bash hack/bench-results.sh < "$1.log" > "$1.txt" || true; }
 failed=0
 # tier NAME COMMAND...: runs one tier's go test, keeps its output and results whatever its exit
 # status, and records in meta.txt how it ended.

@@ -133,7 +133,7 @@ func writeHeader(b *bytes.Buffer, meta map[string]string) int {
 	fmt.Fprintf(b, "%s, commit %s, %s: %s CPUs (%s), %s, %s.\n", meta["date"], meta["commit"], meta["host"],
 		meta["cpus"], meta["cpu"], meta["memory"], meta["go"])
 	fmt.Fprintf(b, "Benchmarks run: %s.\n", meta["packages"])
-	fmt.Fprintf(b, "Result files: `docs/bench-results/` (Go's benchmark format, which `benchstat` reads), copied from the run `.bench/%s/`.\n", meta["run"])
+	fmt.Fprintf(b, "Result files: `docs/bench-results/` (`<tier>.txt` in Go's benchmark format, which `benchstat` reads; `<tier>.log`, each tier's output less its INFO lines), copied from the run `.bench/%s/`.\n", meta["run"])
 	count, _ := strconv.Atoi(meta["count"])
 	if count > 0 {
 		fmt.Fprintf(b, "Each benchmark ran %d times; a figure is the median of its runs, and a goal is met when it was met in more than half of them.\n", count)
@@ -159,7 +159,7 @@ func writeHeader(b *bytes.Buffer, meta map[string]string) int {
 func writeResult(b *bytes.Buffer, r *result, count int) {
 	fmt.Fprintf(b, "\n### %s\n\n`%s`\n\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
 	if r.failed > 0 {
-		fmt.Fprintf(b, "**FAILED** in %d of %d runs (its log in the run's directory says why).\n\n", r.failed, max(count, r.reported+r.failed))
+		fmt.Fprintf(b, "**FAILED** in %d of %d runs (the tier's log, beside its results, says why).\n\n", r.failed, max(count, r.reported+r.failed))
 	}
 	if len(r.units) == 0 {
 		return
@@ -236,16 +236,26 @@ func parse(r io.Reader) ([]*result, error) {
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// lastFail is the name in the last "--- FAIL:" line since a benchmark line: go test reports one
+	// failed run of a top-level benchmark twice, as "BenchmarkX" and then "BenchmarkX-2".
+	lastFail := ""
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "pkg: "):
-			pkg = strings.TrimPrefix(line, "pkg: ")
+			pkg, lastFail = strings.TrimPrefix(line, "pkg: "), ""
 		case strings.HasPrefix(line, "--- FAIL: Benchmark"):
 			// A benchmark that failed prints no result line in that run: count it, so that it
 			// shows as failed instead of disappearing.
-			resultFor(strings.Fields(strings.TrimPrefix(line, "--- FAIL: "))[0]).failed++
+			name := strings.Fields(strings.TrimPrefix(line, "--- FAIL: "))[0]
+			if lastFail != "" && name != lastFail && trimProcs(name) == trimProcs(lastFail) {
+				lastFail = ""
+				continue // the same failed run, named again with its GOMAXPROCS suffix
+			}
+			lastFail = name
+			resultFor(name).failed++
 		case strings.HasPrefix(line, "Benchmark"):
+			lastFail = ""
 			fields := strings.Fields(line)
 			if len(fields) < 4 || len(fields)%2 != 0 {
 				continue // a benchmark's name printed alone, before its logs

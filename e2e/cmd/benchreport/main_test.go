@@ -101,6 +101,13 @@ BenchmarkBroken-2
 --- FAIL: BenchmarkBroken-2
 BenchmarkBroken-2
 --- FAIL: BenchmarkBroken-2
+BenchmarkTwice-2   1   3 ns/op   1 goal-met/d
+BenchmarkTwice-2   1   4 ns/op   1 goal-met/d
+BenchmarkTwice-2
+--- FAIL: BenchmarkTwice
+    bench_test.go:20: deltas lost
+--- FAIL: BenchmarkTwice-2
+    bench_test.go:20: deltas lost
 FAIL
 `
 	for name, body := range map[string]string{"meta.txt": meta, "e2e.txt": e2e} {
@@ -123,6 +130,9 @@ FAIL
 		"- goal `c`: met (in 2 of 3 runs)",
 		"### Broken",
 		"**FAILED** in 3 of 3 runs",
+		// One failed run that go test names twice (without and with -2) counts once.
+		"### Twice\n\n`github.com/agentplane/agentplane/e2e`\n\n**FAILED** in 1 of 3 runs (the tier",
+		"- goal `d`: met (in 2 of 3 runs)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q:\n%s", want, got)
