@@ -39,12 +39,9 @@ func TestDocsNameOnlyTestsThatExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*", "*.md")) // docs/services/ and the like
-	docs = append(append(docs, pages...), filepath.Join(root, "README.md"))
 	cited := regexp.MustCompile("`((?:Test|Fuzz)[A-Z][A-Za-z0-9_]*)`")
 	n := 0
-	for _, doc := range docs {
+	for _, doc := range docPages(root) {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -70,12 +67,9 @@ func TestDocsNameOnlyTestsThatExist(t *testing.T) {
 // point at output that was never committed or has since been removed.
 func TestDocsCiteRawFilesThatExist(t *testing.T) {
 	root := repoRoot(t)
-	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*", "*.md"))
-	docs = append(append(docs, pages...), filepath.Join(root, "README.md"))
 	cited := regexp.MustCompile("`(docs/(?:measurements|bench-[a-z]+)/[^`*<> ]+)`")
 	n := 0
-	for _, doc := range docs {
+	for _, doc := range docPages(root) {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -90,4 +84,12 @@ func TestDocsCiteRawFilesThatExist(t *testing.T) {
 	if n < 10 {
 		t.Fatalf("only %d raw files cited in the docs: the pattern no longer reads them", n)
 	}
+}
+
+// docPages are the pages the docs tests read: docs/*.md, docs/*/*.md (docs/services/ and the
+// like) and README.md.
+func docPages(root string) []string {
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*", "*.md"))
+	return append(append(docs, pages...), filepath.Join(root, "README.md"))
 }
