@@ -199,10 +199,10 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	testenv.Goal(b, "grace0_cancel_vs_direct<=1.2", fast.viaCancel.Seconds()/fast.direct.Seconds() <= 1.2)
 	b.Logf("100 running Jobs, pods with a 30 s grace period: deleted directly %s (deletions requested %s), through a cancel %s (Cancelled %s, deletions requested %s); "+
 		"Cancelled / direct deletions requested %.2f (goal <= 1.2)",
-		def.per(def.direct, b.N), def.per(def.directRequested, b.N), def.per(def.viaCancel, b.N), def.per(def.cancelled, b.N), def.per(def.cancelRequested, b.N),
+		perRound(def.direct, b.N), perRound(def.directRequested, b.N), perRound(def.viaCancel, b.N), perRound(def.cancelled, b.N), perRound(def.cancelRequested, b.N),
 		def.cancelled.Seconds()/def.directRequested.Seconds())
 	b.Logf("the same with a grace period of 0: deleted directly %s, through a cancel %s (Cancelled %s); cancel / direct %.2f (goal <= 1.2)",
-		fast.per(fast.direct, b.N), fast.per(fast.viaCancel, b.N), fast.per(fast.cancelled, b.N), fast.viaCancel.Seconds()/fast.direct.Seconds())
+		perRound(fast.direct, b.N), perRound(fast.viaCancel, b.N), perRound(fast.cancelled, b.N), fast.viaCancel.Seconds()/fast.direct.Seconds())
 }
 
 // cancelTimes are one side pair's times, summed over rounds: the direct deletions until every
@@ -221,7 +221,8 @@ func (t *cancelTimes) add(o cancelTimes) {
 	t.cancelled += o.cancelled
 }
 
-func (t *cancelTimes) per(d time.Duration, rounds int) time.Duration {
+// perRound is d, a sum over rounds, for one round.
+func perRound(d time.Duration, rounds int) time.Duration {
 	return (d / time.Duration(max(rounds, 1))).Round(time.Millisecond)
 }
 

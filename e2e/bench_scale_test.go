@@ -132,25 +132,8 @@ func BenchmarkScaleRuns(b *testing.B) {
 		}
 	}
 
-	// left counts the Jobs and pods in the namespace: a list of one item says how many remain.
-	left := func() (jobs, pods int64) {
-		jl, err := kc.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		pl, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		jobs, pods = int64(len(jl.Items)), int64(len(pl.Items))
-		if jl.RemainingItemCount != nil {
-			jobs += *jl.RemainingItemCount
-		}
-		if pl.RemainingItemCount != nil {
-			pods += *pl.RemainingItemCount
-		}
-		return jobs, pods
-	}
+	// left counts the Jobs and pods in the namespace.
+	left := func() (jobs, pods int64) { return jobsAndPods(b, kc, ns, "") }
 
 	type tierResult struct {
 		n, runs                int
@@ -463,33 +446,8 @@ func plainJobs(b *testing.B, kc kubernetes.Interface, tier string, total int, ow
 	const ns = "agents"
 	sel := "bench=plain-" + tier
 	count := func() int64 {
-		var n int64
-		for _, list := range []func() (int, *int64, error){
-			func() (int, *int64, error) {
-				l, err := kc.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
-				if err != nil {
-					return 0, nil, err
-				}
-				return len(l.Items), l.RemainingItemCount, nil
-			},
-			func() (int, *int64, error) {
-				l, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
-				if err != nil {
-					return 0, nil, err
-				}
-				return len(l.Items), l.RemainingItemCount, nil
-			},
-		} {
-			items, rest, err := list()
-			if err != nil {
-				b.Fatal(err)
-			}
-			n += int64(items)
-			if rest != nil {
-				n += *rest
-			}
-		}
-		return n
+		jobs, pods := jobsAndPods(b, kc, ns, sel)
+		return jobs + pods
 	}
 	before := scrapeScale(b, kc, nil)
 	r0, w0 := ownReads(), ownWrites()
@@ -517,4 +475,28 @@ func plainJobs(b *testing.B, kc kubernetes.Interface, tier string, total int, ow
 		reads:  (after["api_reads"] - before["api_reads"] - float64(ownReads()-r0)) / float64(total),
 		writes: (after["api_writes"] - before["api_writes"] - float64(ownWrites()-w0)) / float64(total),
 	}
+}
+
+// jobsAndPods counts the Jobs and pods of namespace ns that selector matches (every one for ""):
+// a list of one item says how many remain.
+func jobsAndPods(b *testing.B, kc kubernetes.Interface, ns, selector string) (jobs, pods int64) {
+	b.Helper()
+	ctx := context.Background()
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: 1}
+	jl, err := kc.BatchV1().Jobs(ns).List(ctx, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl, err := kc.CoreV1().Pods(ns).List(ctx, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	jobs, pods = int64(len(jl.Items)), int64(len(pl.Items))
+	if jl.RemainingItemCount != nil {
+		jobs += *jl.RemainingItemCount
+	}
+	if pl.RemainingItemCount != nil {
+		pods += *pl.RemainingItemCount
+	}
+	return jobs, pods
 }
