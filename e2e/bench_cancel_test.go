@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +134,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	// default, 30 s): 100 running Jobs deleted directly, then an OrchestrationRun of the
 	// Orchestration orch (whose Agent gives its pods that grace period) cancelled.
 	pair := func(round int, variant, orch string, grace *int64) cancelTimes {
-		var t cancelTimes
+		t := cancelTimes{requests: map[string]float64{}}
 		sel := fmt.Sprintf("bench=direct-%s%d", variant, round)
 		label := strings.TrimPrefix(sel, "bench=")
 		testenv.Parallel(b, n, 32, func(i int) error {
@@ -167,6 +169,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 			"metadata": map[string]any{"name": name, "annotations": map[string]any{"agentplane.dev/simulate-duration": "600s"}},
 			"spec":     map[string]any{"orchestrationRef": map[string]any{"name": orch}}})
 		waitFor("the run's pods Running", func() bool { return count(sel, true) >= n })
+		before := cancelRequests(b)
 		start = time.Now()
 		if _, err := dyn.Resource(orchRuns).Namespace("agents").Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{}); err != nil {
 			b.Fatal(err)
@@ -181,9 +184,13 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 			return at(&t.cancelled, start, phase == "Cancelled") && count(sel, false) == 0
 		})
 		t.viaCancel = time.Since(start)
+		after := cancelRequests(b)
+		for k, v := range after {
+			t.requests[k] += v - before[k]
+		}
 		return t
 	}
-	var def, fast cancelTimes
+	def, fast := cancelTimes{requests: map[string]float64{}}, cancelTimes{requests: map[string]float64{}}
 	for round := range b.N {
 		def.add(pair(round, "", "hundred", nil))
 		fast.add(pair(round, "g0-", "hundred-grace0", ptr.To[int64](0)))
@@ -211,7 +218,41 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 // the run was Cancelled.
 type cancelTimes struct {
 	direct, directRequested, viaCancel, cancelRequested, cancelled time.Duration
+	// requests are what the cancel cost, by cancelRequests' names.
+	requests map[string]float64
 }
+
+// cancelRequests reads what a cancel costs from the services' metrics: cancel-propagator's API
+// requests ("api", all verbs), and the API writes status-writer ("status") and event-emitter
+// ("events") made (for every service; only the cancel runs meanwhile).
+func cancelRequests(b *testing.B) map[string]float64 {
+	m := map[string]float64{}
+	num := func(s string) float64 { f, _ := strconv.ParseFloat(s, 64); return f }
+	scrape := func(svc, key string, line *regexp.Regexp) {
+		out, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", servicePorts[svc][1]+cancelBenchOffset))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if s := line.FindStringSubmatch(l); s != nil {
+				m[key] += num(s[1])
+			}
+		}
+	}
+	scrape("cancel-propagator", "api", restRequestLine)
+	for _, verb := range []string{"GET", "PATCH", "DELETE"} {
+		scrape("cancel-propagator", "api_"+verb, regexp.MustCompile(`^rest_client_requests_total\{[^}]*method="`+verb+`"[^}]*\} ([0-9.e+]+)$`))
+	}
+	scrape("status-writer", "status", statusAnyLine)
+	scrape("event-emitter", "events", eventsAnyLine)
+	return m
+}
+
+var (
+	restRequestLine = regexp.MustCompile(`^rest_client_requests_total\{[^}]*\} ([0-9.e+]+)$`)
+	statusAnyLine   = regexp.MustCompile(`^agentplane_status_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
+	eventsAnyLine   = regexp.MustCompile(`^agentplane_events_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
+)
 
 func (t *cancelTimes) add(o cancelTimes) {
 	t.direct += o.direct
@@ -219,6 +260,9 @@ func (t *cancelTimes) add(o cancelTimes) {
 	t.viaCancel += o.viaCancel
 	t.cancelRequested += o.cancelRequested
 	t.cancelled += o.cancelled
+	for k, v := range o.requests {
+		t.requests[k] += v
+	}
 }
 
 // perRound is d, a sum over rounds, for one round.
@@ -238,4 +282,11 @@ func (t *cancelTimes) report(b *testing.B, prefix string, rounds int) {
 	// The run Cancelled, against the direct deletions all requested.
 	b.ReportMetric(t.cancelled.Seconds()/r, prefix+"cancelled_s")
 	b.ReportMetric(t.cancelled.Seconds()/t.directRequested.Seconds(), prefix+"cancelled_vs_direct_requested")
+	// What the cancel cost per step (one Job and pod each): cancel-propagator's API requests, and
+	// the status and event writes made for it.
+	for _, k := range []string{"api", "status", "events"} {
+		b.ReportMetric(t.requests[k]/r/100, prefix+"cancel_"+k+"/step")
+	}
+	b.Logf("%scancel-propagator's API requests per step by verb: GET (lists) %.2f, PATCH %.2f, DELETE %.2f", prefix,
+		t.requests["api_GET"]/r/100, t.requests["api_PATCH"]/r/100, t.requests["api_DELETE"]/r/100)
 }

@@ -31,10 +31,10 @@ with rbac.clusterScoped).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
   verbs: ["list", "watch", "patch"]
-# Suspend (patch) and delete a cancelled run's Jobs.
+# Delete a cancelled run's Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["list", "watch", "patch", "delete"]
+  verbs: ["list", "watch", "delete"]
 # Delete their pods with their grace period, and confirm none is left.
 - apiGroups: [""]
   resources: ["pods"]

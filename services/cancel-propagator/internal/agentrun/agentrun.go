@@ -1,6 +1,6 @@
-// Package agentrun cancels AgentRuns: it suspends and deletes a cancelled run's Jobs, deletes
-// their pods with their grace period (the Job controller does too), shuts down and deletes its
-// Argo Workflows, and follows the cancel protocol (package cancel) around that.
+// Package agentrun cancels AgentRuns: it deletes a cancelled run's Jobs and their pods
+// (cancel.StopJob, cancel.StopPods), shuts down and deletes its Argo Workflows, and follows the
+// cancel protocol (package cancel) around that.
 package agentrun
 
 import (
@@ -11,12 +11,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
@@ -27,7 +25,7 @@ import (
 // Reconcile.
 type Reconciler struct {
 	*cancel.Protocol
-	// Kube suspends and deletes Jobs, deletes pods and lists them live.
+	// Kube deletes pods and lists them live (the protocol deletes Jobs).
 	Kube kubernetes.Interface
 	// AgentRuns, Jobs (indexed cancel.ByOwner) and Pods (indexed cancel.ByJobUID) by namespace.
 	AgentRuns, Jobs, Pods map[string]cache.SharedIndexInformer
@@ -66,7 +64,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	}
 	var left []string
 	for uid, job := range all {
-		n, err := r.stopPods(ctx, ns, ar.UID, uid)
+		n, err := r.StopPods(ctx, r.Pods[ns], cancel.Key(cancel.KindAgentRun, ns, name), ar.UID, uid)
 		if err != nil {
 			return err
 		}
@@ -114,8 +112,7 @@ func (r *Reconciler) stopJobs(ctx context.Context, ar *agentsv1alpha1.AgentRun, 
 		if ref := controller.ControllerOf(j.OwnerReferences, cancel.KindAgentRun); ref == nil || ref.UID != ar.UID {
 			continue
 		}
-		remember(&agentsv1alpha1.JobRef{Name: j.Name, UID: string(j.UID)})
-		if err := r.StopJob(ctx, ar.UID, j); err != nil {
+		if err := r.StopJob(ctx, ar.UID, set, cancel.Key(cancel.KindAgentRun, ar.Namespace, ar.Name), j); err != nil {
 			return nil, err
 		}
 	}
@@ -136,68 +133,4 @@ func (r *Reconciler) podsStillRunning(ctx context.Context, ns string, jobs map[t
 		}
 	}
 	return false, nil
-}
-
-// StopJob suspends the Job (its controller deletes the pods and starts none) and deletes it,
-// counting it for the run with uid run. A Job this process already deleted is not deleted or
-// counted again, however stale the cache's copy (a second pass can run before the cache shows the
-// deletion).
-func (r *Reconciler) StopJob(ctx context.Context, run types.UID, j *batchv1.Job) error {
-	if j.DeletionTimestamp != nil {
-		return nil
-	}
-	// Remembered before the deletion, so that the informer's delete event, which may arrive
-	// before Delete returns, is what forgets it (no entry outlives its Job).
-	if r.MarkJob(j.UID) {
-		return nil
-	}
-	forget := func() { r.ForgetJob(j.UID) }
-	jobs := r.Kube.BatchV1().Jobs(j.Namespace)
-	if j.Spec.Suspend == nil || !*j.Spec.Suspend {
-		_, err := jobs.Patch(ctx, j.Name, types.MergePatchType, []byte(`{"spec":{"suspend":true}}`), metav1.PatchOptions{FieldManager: "agentplane-cancel-propagator"})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
-			forget()
-			return fmt.Errorf("suspend Job %s/%s: %w", j.Namespace, j.Name, err)
-		}
-	}
-	err := jobs.Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-		Preconditions: &metav1.Preconditions{UID: ptr.To(j.UID)}})
-	switch {
-	case err == nil:
-		r.Record(run, "Job", 1)
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		// Already gone (a stale copy of a Job whose deletion was observed and forgotten), or
-		// another Job of that name: nothing this call stopped, counted or needs to remember.
-		forget()
-	default:
-		forget()
-		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
-	}
-	return nil
-}
-
-// stopPods deletes, with their grace period, the pods of the Job with uid that are not being
-// deleted yet, and returns how many of its pods have not finished.
-func (r *Reconciler) stopPods(ctx context.Context, ns string, run, uid types.UID) (int, error) {
-	items, _ := r.Pods[ns].GetIndexer().ByIndex(cancel.ByJobUID, string(uid))
-	running := 0
-	for _, o := range items {
-		pod := o.(*corev1.Pod)
-		if ph := pod.Status.Phase; ph == corev1.PodSucceeded || ph == corev1.PodFailed {
-			continue
-		}
-		running++
-		hit := r.MarkPod(pod.UID)
-		if pod.DeletionTimestamp != nil || hit {
-			continue
-		}
-		err := r.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(pod.UID)}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return running, fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		if err == nil { // likewise: a pod already gone was not stopped by this call
-			r.Record(run, "Pod", 1)
-		}
-	}
-	return running, nil
 }

@@ -97,6 +97,7 @@ type Protocol struct {
 	jobRun    map[types.UID]string               // a cancelled run's Jobs (by UID) to the run's queue key
 	podsHit   map[types.UID]bool                 // pods this process asked to delete
 	jobsHit   map[types.UID]bool                 // Jobs this process deleted (its cache may not show it yet)
+	deletedAt map[types.UID]time.Time            // when this process deleted each cancelled run's Jobs without finalizers, by UID (LeftToGC)
 	argo      struct {
 		checked time.Time
 		served  bool
@@ -115,7 +116,7 @@ func New(o Options) *Protocol {
 	p := &Protocol{
 		o: o, requested: map[types.UID]time.Time{},
 		acted: map[types.UID]map[string]int{}, jobUIDs: map[types.UID]map[types.UID]string{}, done: map[types.UID]bool{},
-		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{},
+		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{}, deletedAt: map[types.UID]time.Time{},
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_cancel_propagator_cancels_total",
 			Help: "Cancel requests handled, by kind and outcome (Cancelled, CancelTimedOut, CancelIgnoredTerminal, CancelDisabled).",
@@ -127,7 +128,7 @@ func New(o Options) *Protocol {
 		}, []string{"kind"}),
 		stopped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_cancel_propagator_children_terminated_total",
-			Help: "Children a cancel terminated, by kind (AgentRun: cancel set; Job: suspended and deleted; Pod: deleted; Workflow: shut down and deleted).",
+			Help: "Children a cancel terminated, by kind (AgentRun: cancel set; Job: deleted; Pod: deleted; Workflow: shut down and deleted).",
 		}, []string{"kind"}),
 	}
 	for _, kind := range []string{KindOrchestrationRun, KindAgentRun} { // series exist before the first cancel, for alerts
@@ -285,6 +286,7 @@ func (p *Protocol) Finish(ctx context.Context, r Run, k string, at time.Time, le
 	delete(p.acted, r.Meta.UID)
 	for uid := range p.jobUIDs[r.Meta.UID] {
 		delete(p.jobRun, uid)
+		delete(p.deletedAt, uid)
 	}
 	delete(p.jobUIDs, r.Meta.UID)
 	p.done[r.Meta.UID] = true

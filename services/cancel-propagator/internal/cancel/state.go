@@ -17,6 +17,10 @@ func (p *Protocol) Forget(uid types.UID) {
 	p.mu.Lock()
 	delete(p.requested, uid)
 	delete(p.acted, uid)
+	for job := range p.jobUIDs[uid] {
+		delete(p.jobRun, job)
+		delete(p.deletedAt, job)
+	}
 	delete(p.jobUIDs, uid)
 	delete(p.done, uid)
 	p.mu.Unlock()

@@ -1,12 +1,15 @@
-// Package orchestrationrun cancels OrchestrationRuns: it sets spec.cancel on each of a cancelled
-// run's AgentRuns (each is then cancelled by package agentrun), shuts down and deletes its Argo
-// Workflows, and follows the cancel protocol (package cancel) around that.
+// Package orchestrationrun cancels OrchestrationRuns: in one pass over a cancelled run's
+// unfinished AgentRuns, several at a time, it sets spec.cancel on each and deletes its Jobs and
+// their pods (each AgentRun is then cancelled by package agentrun, which finds them already
+// stopping and waits for the pods); it shuts down and deletes the run's Argo Workflows, and follows the cancel
+// protocol (package cancel) around that.
 package orchestrationrun
 
 import (
 	"context"
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,9 +30,13 @@ type Reconciler struct {
 	// Client is the generated clientset of the agentplane API groups: it sets the AgentRuns'
 	// spec.cancel.
 	Client versioned.Interface
-	// OrchestrationRuns and AgentRuns (indexed cancel.ByOwner) by namespace.
-	OrchestrationRuns, AgentRuns map[string]cache.SharedIndexInformer
+	// OrchestrationRuns, AgentRuns (indexed cancel.ByOwner: by OrchestrationRun), Jobs (indexed
+	// cancel.ByOwner: by AgentRun) and Pods (indexed cancel.ByJobUID) by namespace.
+	OrchestrationRuns, AgentRuns, Jobs, Pods map[string]cache.SharedIndexInformer
 }
+
+// width is how many AgentRuns one pass stops at a time.
+const width = 16
 
 // Reconcile cancels the OrchestrationRun named by key ("<namespace>/<name>", the queue's key)
 // when its spec.cancel is set.
@@ -57,30 +64,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 		return nil
 	}
-	var left []string
 	var running []*agentsv1alpha1.AgentRun
 	for _, c := range children {
 		ar := c.(*agentsv1alpha1.AgentRun)
 		if ref := controller.ControllerOf(ar.OwnerReferences, cancel.KindOrchestrationRun); ref == nil || ref.UID != or.UID || cancel.IsTerminal(ar.Status.Phase) {
 			continue
 		}
-		if r.Done(ar.UID) {
-			continue
+		if !r.Done(ar.UID) {
+			running = append(running, ar)
 		}
-		if !ar.Spec.Cancel {
-			_, err := r.Client.AgentsV1alpha1().AgentRuns(ns).Patch(ctx, ar.Name, types.MergePatchType,
-				[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				continue
-			case err != nil:
-				return fmt.Errorf("cancel AgentRun %s/%s: %w", ns, ar.Name, err)
-			}
-			r.Record(or.UID, cancel.KindAgentRun, 1)
-		}
-		running = append(running, ar)
-		left = append(left, "AgentRun "+ar.Name)
 	}
+	gone := make([]bool, len(running))
+	err = cancel.Each(len(running), width, func(i int) error {
+		var err error
+		gone[i], err = r.stopStep(ctx, or, running[i])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var left []string
+	still := running[:0]
+	for i, ar := range running {
+		if !gone[i] {
+			still = append(still, ar)
+			left = append(left, "AgentRun "+ar.Name)
+		}
+	}
+	running = still
 	wl, err := r.StopWorkflows(ctx, cancel.Key(cancel.KindOrchestrationRun, ns, name), ns, or.UID, agentsv1alpha1.LabelOrchestrationRun, name)
 	if err != nil {
 		return err
@@ -97,6 +108,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 	}
 	return err
+}
+
+// stopStep sets spec.cancel on the OrchestrationRun's unfinished step run ar and deletes the
+// Jobs it has and their pods, which its own cancel (package agentrun) would otherwise do a little
+// later. It
+// reports whether the step run is gone.
+func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.OrchestrationRun, ar *agentsv1alpha1.AgentRun) (bool, error) {
+	if !ar.Spec.Cancel {
+		_, err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
+			[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("cancel AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
+		}
+		r.Record(or.UID, cancel.KindAgentRun, 1)
+	}
+	jobs, _ := r.Jobs[ar.Namespace].GetIndexer().ByIndex(cancel.ByOwner, ar.Namespace+"/"+ar.Name)
+	set := r.JobsOf(ar.UID)
+	for _, o := range jobs {
+		j := o.(*batchv1.Job)
+		if ref := controller.ControllerOf(j.OwnerReferences, cancel.KindAgentRun); ref == nil || ref.UID != ar.UID {
+			continue
+		}
+		k := cancel.Key(cancel.KindAgentRun, ar.Namespace, ar.Name)
+		if err := r.StopJob(ctx, ar.UID, set, k, j); err != nil {
+			return false, err
+		}
+		if _, err := r.StopPods(ctx, r.Pods[ar.Namespace], k, ar.UID, j.UID); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // cancelLateSteps sets spec.cancel on every unfinished step run of the Cancelled OrchestrationRun

@@ -68,7 +68,7 @@ spec:
 `
 
 // The seed's commands, as written: the patch cancels a running OrchestrationRun; its step's
-// AgentRun is cancelled and its Job suspended and deleted, its Argo Workflow shut down and
+// AgentRun is cancelled and its Job deleted, its Argo Workflow shut down and
 // deleted; the next step never starts; the run ends Cancelled with the Cancelled condition,
 // finishedAt set, after CancelRequested was recorded.
 func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
@@ -109,7 +109,7 @@ func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
 		}
 		return nil
 	})
-	testenv.Eventually(t, 30*time.Second, "step a cancelled, its Job suspended and deleted", func() error {
+	testenv.Eventually(t, 30*time.Second, "step a cancelled, its Job deleted", func() error {
 		ar, err := f.getAR("or1-a")
 		if err != nil {
 			return err
@@ -118,8 +118,8 @@ func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !ar.Spec.Cancel || ar.Status.Phase != "Cancelled" || j.DeletionTimestamp == nil || j.Spec.Suspend == nil || !*j.Spec.Suspend {
-			return fmt.Errorf("run cancel=%v phase=%s; job deleting=%v suspend=%v", ar.Spec.Cancel, ar.Status.Phase, j.DeletionTimestamp != nil, j.Spec.Suspend)
+		if !ar.Spec.Cancel || ar.Status.Phase != "Cancelled" || j.DeletionTimestamp == nil {
+			return fmt.Errorf("run cancel=%v phase=%s; job deleting=%v", ar.Spec.Cancel, ar.Status.Phase, j.DeletionTimestamp != nil)
 		}
 		return nil
 	})
@@ -470,7 +470,7 @@ func TestAJobStoppedTwiceFromAStaleCacheCountsOnce(t *testing.T) {
 	}
 	stop := func() { // the same copy each time, as a stale cache would hand it over
 		t.Helper()
-		if err := f.p.ar.StopJob(context.Background(), ar.UID, j.DeepCopy()); err != nil {
+		if err := f.p.protocol.StopJob(context.Background(), ar.UID, f.p.protocol.JobsOf(ar.UID), cancel.Key(cancel.KindAgentRun, f.ns, "stale"), j.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
