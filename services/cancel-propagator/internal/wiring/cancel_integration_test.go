@@ -170,11 +170,7 @@ func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
 // CancelTimedOut naming it, never left Unknown.
 func TestACancelThatTimesOutNamesWhatStillRuns(t *testing.T) {
 	f := newFixture(t)
-	f.apply(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"slow"},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`)
-	ar, _ := f.getAR("slow")
-	j := f.job("slow-job", ar)
-	f.pod("slow-pod", j, "test/slow-to-stop")
-	f.setARStatus("slow", agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "slow-job", Namespace: f.ns, UID: string(j.UID)}})
+	f.runningAgentRun("slow", "test/slow-to-stop")
 	f.start(Config{Enabled: true, Timeout: 2 * time.Second})
 	f.cancel("agentruns", "slow")
 	testenv.Eventually(t, 20*time.Second, "Cancelled with CancelTimedOut", func() error {

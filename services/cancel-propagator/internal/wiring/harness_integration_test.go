@@ -229,6 +229,21 @@ func (f *fixture) job(name string, ar *agentsv1alpha1.AgentRun) *batchv1.Job {
 	return j
 }
 
+// runningAgentRun creates the AgentRun called name, Running, with a Job name+"-job" and a running
+// pod name+"-pod" of it (held by podFinalizer).
+func (f *fixture) runningAgentRun(name, podFinalizer string) (*agentsv1alpha1.AgentRun, *batchv1.Job) {
+	f.t.Helper()
+	f.apply(fmt.Sprintf(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":%q},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`, name))
+	ar, err := f.getAR(name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	j := f.job(name+"-job", ar)
+	f.pod(name+"-pod", j, podFinalizer)
+	f.setARStatus(name, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: j.Name, Namespace: f.ns, UID: string(j.UID)}})
+	return ar, j
+}
+
 // pod creates a running pod of the Job; with a finalizer it outlives its deletion until released.
 func (f *fixture) pod(name string, j *batchv1.Job, finalizer string) {
 	f.t.Helper()

@@ -103,11 +103,7 @@ func TestAStepsJobsAreDeletedUnsuspendedAndTheirPodsAtOnce(t *testing.T) {
 // (envtest runs no garbage collector, so here the cancel does, after the wait).
 func TestAPodOfAJobWithoutFinalizersIsLeftToTheGarbageCollectorFirst(t *testing.T) {
 	f := newFixture(t)
-	f.apply(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"plain"},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`)
-	ar, _ := f.getAR("plain")
-	j := f.job("plain-job", ar)
-	f.pod("plain-pod", j, "test/stopping")
-	f.setARStatus("plain", agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: j.Name, Namespace: f.ns, UID: string(j.UID)}})
+	_, j := f.runningAgentRun("plain", "test/stopping")
 	f.start(Config{Enabled: true, Timeout: time.Minute})
 	f.cancel("agentruns", "plain")
 	var jobGone time.Time
