@@ -240,8 +240,8 @@ func cancelRequests(b *testing.B) map[string]float64 {
 		}
 	}
 	scrape("cancel-propagator", "api", restRequestLine)
-	for _, verb := range []string{"GET", "PATCH", "DELETE"} {
-		scrape("cancel-propagator", "api_"+verb, regexp.MustCompile(`^rest_client_requests_total\{[^}]*method="`+verb+`"[^}]*\} ([0-9.e+]+)$`))
+	for verb, line := range restRequestsByVerb {
+		scrape("cancel-propagator", "api_"+verb, line)
 	}
 	scrape("status-writer", "status", statusAnyLine)
 	scrape("event-emitter", "events", eventsAnyLine)
@@ -249,10 +249,17 @@ func cancelRequests(b *testing.B) map[string]float64 {
 }
 
 var (
-	restRequestLine = regexp.MustCompile(`^rest_client_requests_total\{[^}]*\} ([0-9.e+]+)$`)
-	statusAnyLine   = regexp.MustCompile(`^agentplane_status_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
-	eventsAnyLine   = regexp.MustCompile(`^agentplane_events_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
+	restRequestLine    = regexp.MustCompile(`^rest_client_requests_total\{[^}]*\} ([0-9.e+]+)$`)
+	restRequestsByVerb = map[string]*regexp.Regexp{}
+	statusAnyLine      = regexp.MustCompile(`^agentplane_status_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
+	eventsAnyLine      = regexp.MustCompile(`^agentplane_events_api_writes_total\{[^}]*\} ([0-9.e+]+)$`)
 )
+
+func init() {
+	for _, verb := range []string{"GET", "PATCH", "DELETE"} {
+		restRequestsByVerb[verb] = regexp.MustCompile(`^rest_client_requests_total\{[^}]*method="` + verb + `"[^}]*\} ([0-9.e+]+)$`)
+	}
+}
 
 func (t *cancelTimes) add(o cancelTimes) {
 	t.direct += o.direct

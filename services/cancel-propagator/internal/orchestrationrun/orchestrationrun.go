@@ -112,8 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 
 // stopStep sets spec.cancel on the OrchestrationRun's unfinished step run ar and deletes the
 // Jobs it has and their pods, which its own cancel (package agentrun) would otherwise do a little
-// later. It
-// reports whether the step run is gone.
+// later. It reports whether the step run is gone.
 func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.OrchestrationRun, ar *agentsv1alpha1.AgentRun) (bool, error) {
 	if !ar.Spec.Cancel {
 		_, err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
@@ -127,13 +126,12 @@ func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.Orchestratio
 		r.Record(or.UID, cancel.KindAgentRun, 1)
 	}
 	jobs, _ := r.Jobs[ar.Namespace].GetIndexer().ByIndex(cancel.ByOwner, ar.Namespace+"/"+ar.Name)
-	set := r.JobsOf(ar.UID)
+	set, k := r.JobsOf(ar.UID), cancel.Key(cancel.KindAgentRun, ar.Namespace, ar.Name)
 	for _, o := range jobs {
 		j := o.(*batchv1.Job)
 		if ref := controller.ControllerOf(j.OwnerReferences, cancel.KindAgentRun); ref == nil || ref.UID != ar.UID {
 			continue
 		}
-		k := cancel.Key(cancel.KindAgentRun, ar.Namespace, ar.Name)
 		if err := r.StopJob(ctx, ar.UID, set, k, j); err != nil {
 			return false, err
 		}
