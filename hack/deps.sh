@@ -7,7 +7,8 @@
 #   test     make test: cluster's, and gcc (the race detector needs cgo), jq (the README reads
 #            Jaeger's API with it), chromium (the web console's browser test) and graphviz
 #            (make generate renders docs/overview.svg; CI checks it is current), yamllint and git
-#            (ct lint, the charts' lint)
+#            (ct lint, the charts' lint), postgresql (the server and psql, which libs/testenv's
+#            StartPostgres runs for the run archive's tests)
 # containerd and runc come with the Docker engine the tests already need.
 set -euo pipefail
 purpose=${1:-test}
@@ -42,6 +43,9 @@ case $purpose in
     want dot graphviz
     want yamllint yamllint
     want git git
+    want psql postgresql
+    # The server, not only the client psql: Debian keeps it off PATH.
+    compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || command -v postgres >/dev/null 2>&1 || need+=(postgresql)
     ;;
   cluster) ;;
   *) echo "usage: hack/deps.sh up|cluster|test" >&2; exit 2 ;;
