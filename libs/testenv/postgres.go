@@ -45,11 +45,12 @@ func PostgresBin() (string, error) {
 	if len(found) == 0 {
 		return "", fmt.Errorf("PostgreSQL's server (postgres) is not installed: run `make deps` (apt-get install postgresql)")
 	}
-	sort.Slice(found, func(i, j int) bool { return version(found[i]) < version(found[j]) })
+	sort.Slice(found, func(i, j int) bool { return pgMajor(found[i]) < pgMajor(found[j]) })
 	return filepath.Dir(found[len(found)-1]), nil
 }
 
-func version(bin string) int {
+// pgMajor is the major version in a Debian path /usr/lib/postgresql/<major>/bin/postgres.
+func pgMajor(bin string) int {
 	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(bin))))
 	return n
 }

@@ -223,6 +223,19 @@ func parse(r io.Reader) ([]*result, error) {
 	var out []*result
 	byName := map[string]*result{}
 	pkg := ""
+	// unnamed are results seen before their package was named: go test prints a package's
+	// "pkg:" line with its first result line, so a benchmark that fails before any of its
+	// package's benchmarks reported learns its package from the next "pkg:" line or from the
+	// package's closing "ok"/"FAIL" line, whichever comes first.
+	var unnamed []*result
+	settle := func(p string) {
+		for _, res := range unnamed {
+			delete(byName, " "+res.name)
+			res.pkg = p
+			byName[p+" "+res.name] = res
+		}
+		unnamed = nil
+	}
 	// resultFor is the result of the benchmark named in a line ("BenchmarkX-2") of package pkg.
 	resultFor := func(field string) *result {
 		name := trimProcs(field)
@@ -231,6 +244,9 @@ func parse(r io.Reader) ([]*result, error) {
 			res = &result{name: name, pkg: pkg, runs: map[string][]float64{}}
 			byName[pkg+" "+name] = res
 			out = append(out, res)
+			if pkg == "" {
+				unnamed = append(unnamed, res)
+			}
 		}
 		return res
 	}
@@ -244,6 +260,14 @@ func parse(r io.Reader) ([]*result, error) {
 		switch {
 		case strings.HasPrefix(line, "pkg: "):
 			pkg, lastFail = strings.TrimPrefix(line, "pkg: "), ""
+			settle(pkg)
+		case strings.HasPrefix(line, "ok  \t") || strings.HasPrefix(line, "FAIL\t"):
+			// A package's closing line ("ok  \t<pkg>\t1.2s", "FAIL\t<pkg>\t1.2s"): what follows
+			// is another package's.
+			if f := strings.Split(line, "\t"); len(f) >= 2 {
+				settle(strings.TrimSpace(f[1]))
+			}
+			pkg, lastFail = "", ""
 		case strings.HasPrefix(line, "--- FAIL: Benchmark"):
 			// A benchmark that failed prints no result line in that run: count it, so that it
 			// shows as failed instead of disappearing.

@@ -82,6 +82,36 @@ func TestSpliceReplacesOnlyTheGeneratedSection(t *testing.T) {
 	}
 }
 
+// A benchmark that fails before any benchmark of its package reported is shown under its own
+// package, not the one before it (go test prints "pkg:" with a package's first result).
+func TestAFailureBeforeItsPackagesFirstResultIsFiledUnderItsPackage(t *testing.T) {
+	dir := t.TempDir()
+	meta := "run: r\ndate: d\ncommit: c\nhost: h\ncpus: 2\ncpu: x\nmemory: 1 GiB\ngo: go\npackages: p\ncount: 1\n" +
+		"tier integration: FAILED (exit 1)\n"
+	integration := "pkg: example.com/first\nBenchmarkA-2   1   5 ns/op\nPASS\nok  \texample.com/first\t1.0s\n" +
+		"BenchmarkLost-2\n--- FAIL: BenchmarkLost-2\n    x_test.go:1: too few files\n" +
+		"pkg: example.com/second\nBenchmarkB-2   1   6 ns/op\nFAIL\nFAIL\texample.com/second\t2.0s\n" +
+		"BenchmarkAlone-2\n--- FAIL: BenchmarkAlone-2\nFAIL\nFAIL\texample.com/third\t3.0s\n"
+	for name, body := range map[string]string{"meta.txt": meta, "integration.txt": integration} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := report(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"### Lost\n\n`example.com/second`\n\n**FAILED** in 1 of 1 runs",
+		"### Alone\n\n`example.com/third`\n\n**FAILED** in 1 of 1 runs",
+		"### A\n\n`example.com/first`",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestReportShowsFailedBenchmarksAndJudgesGoalsByMajority(t *testing.T) {
 	dir := t.TempDir()
 	meta := "run: r\ndate: d\ncommit: c\nhost: h\ncpus: 2\ncpu: x\nmemory: 1 GiB\ngo: go\npackages: p\ncount: 3\n" +
