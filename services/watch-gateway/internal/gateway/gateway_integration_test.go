@@ -5,9 +5,11 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -702,6 +704,49 @@ func TestHTTP1WatchesHoldNoGoroutineAndCloseOnShutdown(t *testing.T) {
 	if head.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("HEAD: %d, want 405", head.StatusCode)
 	}
+}
+
+// TestAWatcherThatClosesTLSIsReleased: over TLS a client's close begins with a close_notify
+// record, so the socket holds bytes and a peek alone never sees the end. Here the client sends
+// close_notify and keeps its TCP socket open and reading (as kubectl port-forward does between
+// a closed local connection and the pod), so the gateway's keep-alive writes still succeed: only
+// reading the record tells it the watcher has gone.
+func TestAWatcherThatClosesTLSIsReleased(t *testing.T) {
+	hub := health.NewHub(64, 64)
+	hub.Update([]health.Item{{Component: "database", Status: health.Healthy}})
+	gw := NewGateway(hub, "default", 5*time.Minute, 1, nil)
+	gw.keepAlive = 100 * time.Millisecond
+	srv := httptest.NewUnstartedServer(gw)
+	srv.StartTLS() // HTTP/1.1 only: the watch is taken over
+	defer srv.Close()
+	conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test server's own certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\n\r\n", StreamPath); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	if line, err := r.ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("the watch's status line: %q %v", line, err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the watch taken over", func() error {
+		if n := gw.DetachedStreams(); n != 1 {
+			return fmt.Errorf("%d detached streams", n)
+		}
+		return nil
+	})
+	if err := conn.CloseWrite(); err != nil { // close_notify; the TCP connection stays open
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }() // the client keeps reading what is written
+	testenv.Eventually(t, 30*time.Second, "the closed watcher's slot freed", func() error {
+		if n := gw.DetachedStreams(); n != 0 {
+			return fmt.Errorf("%d detached streams (keep-alives every 100ms still written)", n)
+		}
+		return nil
+	})
 }
 
 // TestAVanishedWatcherIsReleased: nothing reads a taken-over connection, so the gateway peeks at

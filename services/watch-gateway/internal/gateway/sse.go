@@ -186,12 +186,16 @@ func (c *detachedConn) nextTickLocked(now time.Time) time.Duration {
 }
 
 // peerClosed reports whether the watcher has closed its end, with a non-blocking peek at the
-// socket: nothing else reads a connection that was taken over.
+// socket: nothing else reads a connection that was taken over. A watcher sends nothing after its
+// request, so bytes waiting on the socket are read and dropped (drainedToEOF): over TLS they are
+// how a close begins (the close_notify record arrives ahead of the FIN, and a peek at the socket
+// sees only bytes), and a client that sent stray bytes before closing is noticed too.
 func peerClosed(conn net.Conn) bool {
+	raw := conn
 	if tc, ok := conn.(*tls.Conn); ok {
-		conn = tc.NetConn()
+		raw = tc.NetConn()
 	}
-	sc, ok := conn.(syscall.Conn)
+	sc, ok := raw.(syscall.Conn)
 	if !ok {
 		return false
 	}
@@ -199,20 +203,40 @@ func peerClosed(conn net.Conn) bool {
 	if err != nil {
 		return false
 	}
-	closed := false
+	closed, pending := false, false
 	var buf [1]byte
 	_ = rc.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case err == nil:
-			closed = n == 0 // an orderly shutdown; bytes sent by the client are left alone
+			closed, pending = n == 0, n > 0 // n == 0: an orderly shutdown
 		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
 		default:
 			closed = true // reset
 		}
 		return true // never wait
 	})
+	if pending {
+		return drainedToEOF(conn)
+	}
 	return closed
+}
+
+// drainedToEOF reads what is waiting on a watcher's connection (through TLS when it is TLS, so a
+// close_notify reads as io.EOF) without waiting for more, and reports whether the watcher has
+// closed its end. It reads a bounded amount per call: a client that keeps sending is read again
+// on the next tick.
+func drainedToEOF(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(time.Millisecond))
+	defer func() { _ = conn.SetReadDeadline(time.Time{}) }()
+	var buf [4096]byte
+	for range 4 {
+		if _, err := conn.Read(buf[:]); err != nil {
+			var ne net.Error
+			return !(errors.As(err, &ne) && ne.Timeout()) // EOF, a reset or a bad record: gone
+		}
+	}
+	return false
 }
 
 // tick runs on the connection's timer.
