@@ -45,4 +45,8 @@ for p in "system:$sys" "cluster:$clu" "rest:$rest"; do
   echo "e2e: what the $name tests said last (the full output is above):"
   grep -E '^ +[A-Za-z0-9_]+_test\.go:[0-9]+: ' "$out/$name.log" | tail -n 25 | cut -c1-2000
 done
+echo "e2e: the slowest tests (of all three processes):"
+grep -hE '^--- (PASS|FAIL): Test[A-Za-z0-9_]+ \([0-9.]+s\)$' "$out/system.log" "$out/cluster.log" "$out/rest.log" |
+  sed -E 's/^--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)$/\3 \1 \2/' | sort -rn | head -n 12 |
+  awk '{ printf "    %4dm%02ds %s %s\n", $1 / 60, $1 % 60, $2, $3 }'
 [ "$sys" -eq 0 ] && [ "$clu" -eq 0 ] && [ "$rest" -eq 0 ]
