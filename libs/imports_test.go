@@ -49,7 +49,7 @@ var layers = []struct {
 }{
 	{"API types", []string{"api", "reasons", "status", "jobresult", "redact"}},
 	{"service runtime", []string{"config", "logging", "telemetry", "metrics", "grpcx", "app", "leader"}},
-	{"clients", []string{"kubeclient", "statusclient", "eventclient", "redisx"}},
+	{"clients", []string{"kubeclient", "statusclient", "eventclient", "redisx", "archive"}},
 	{"features", []string{"controller", "access", "health", "connect"}},
 }
 

@@ -1,0 +1,360 @@
+//go:build integration
+
+package archive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/libs/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+// postgres is one server for the package's tests, each on a database of its own.
+var (
+	pgOnce sync.Once
+	pg     *testenv.Postgres
+	pgErr  error
+)
+
+func server(t *testing.T) *testenv.Postgres {
+	t.Helper()
+	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
+	if pgErr != nil {
+		t.Fatal(pgErr)
+	}
+	return pg
+}
+
+// open gives a test a Store on an empty database of its own.
+func open(t *testing.T) (*Store, Config) {
+	t.Helper()
+	p := server(t)
+	ctx := context.Background()
+	admin, err := Open(ctx, Config{URL: p.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	if _, err := admin.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.pool.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	// The URL names the database and the user; the password is given apart, as the charts do.
+	c := Config{URL: fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", p.User, p.Addr, db), Password: p.Password}
+	s, err := Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, c
+}
+
+func run(uid, ns, name, agent, phase string, finished time.Time) Record {
+	return Record{
+		Summary: Summary{UID: uid, Kind: "AgentRun", Namespace: ns, Name: name, Agent: agent, Phase: phase,
+			CreatedAt: finished.Add(-time.Minute), FinishedAt: finished},
+		Object: json.RawMessage(fmt.Sprintf(`{"metadata":{"name":%q},"status":{"phase":%q}}`, name, phase)),
+	}
+}
+
+func TestStoresStartingTogetherMigrateOnce(t *testing.T) {
+	_, c := open(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := Open(ctx, c)
+			if err == nil {
+				s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 1 {
+		t.Fatalf("schema version %d %v, want 1", v, err)
+	}
+	var applied int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM archive_schema_versions WHERE version_id = 1`).Scan(&applied); err != nil || applied != 1 {
+		t.Fatalf("migration 1 recorded %d times (%v), want once", applied, err)
+	}
+}
+
+func TestARetriedPutStoresOneRow(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	r := run("u1", "team-a", "hello", "echo", "Succeeded", now)
+	if err := s.Put(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Get(ctx, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Events = []Event{{Type: "Normal", Reason: "Succeeded", Message: "done", First: now, Last: now}}
+	if err := s.Put(ctx, r); err != nil { // the write retried after a crash, with more captured
+		t.Fatal(err)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM runs WHERE uid = 'u1'`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows for one run (%v), want 1", rows, err)
+	}
+	got, err := s.Get(ctx, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Events) != 1 || got.Events[0].Reason != "Succeeded" {
+		t.Fatalf("events %+v, want the retried write's one", got.Events)
+	}
+	if !got.ArchivedAt.Equal(first.ArchivedAt) {
+		t.Fatalf("archived at %s after the retry, want the first write's %s", got.ArchivedAt, first.ArchivedAt)
+	}
+	if !got.FinishedAt.Equal(now) || got.Phase != "Succeeded" || string(got.Object) == "" {
+		t.Fatalf("read back %+v", got.Summary)
+	}
+	if _, err := s.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of a run never archived: %v, want ErrNotFound", err)
+	}
+}
+
+func TestPutRefusesARecordWithoutItsKeys(t *testing.T) {
+	s, _ := open(t)
+	r := run("", "team-a", "hello", "", "", time.Time{})
+	err := s.Put(context.Background(), r)
+	if err == nil || !strings.Contains(err.Error(), "without uid, phase, finishedAt") {
+		t.Fatalf("%v, want a refusal naming uid, phase and finishedAt", err)
+	}
+}
+
+// TestListsPageNewestFirstThroughEveryFilter: 250 runs over two namespaces, three agents and
+// two phases; every filter's pages, followed by their cursors, are exactly the matching runs,
+// newest finished first, each once.
+func TestListsPageNewestFirstThroughEveryFilter(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var all []Record
+	for i := range 250 {
+		// Every fifth run shares its finish time with the one before: the cursor's uid breaks ties.
+		at := base.Add(time.Duration(i-i%5/4) * time.Minute)
+		r := run(fmt.Sprintf("uid-%03d", i), []string{"team-a", "team-b"}[i%2], fmt.Sprintf("run-%d", i%40),
+			[]string{"echo", "review", "plan"}[i%3], []string{"Succeeded", "Failed"}[i%7/6], at)
+		all = append(all, r)
+		if err := s.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newestFirst := func(match func(Record) bool) []string {
+		var want []Record
+		for _, r := range all {
+			if match(r) {
+				want = append(want, r)
+			}
+		}
+		slices.SortFunc(want, func(a, b Record) int {
+			if c := b.FinishedAt.Compare(a.FinishedAt); c != 0 {
+				return c
+			}
+			return strings.Compare(b.UID, a.UID)
+		})
+		var uids []string
+		for _, r := range want {
+			uids = append(uids, r.UID)
+		}
+		return uids
+	}
+	since, until := base.Add(30*time.Minute), base.Add(90*time.Minute)
+	for _, tc := range []struct {
+		name  string
+		q     Query
+		match func(Record) bool
+	}{
+		{"every namespace", Query{}, func(Record) bool { return true }},
+		{"namespace", Query{Namespace: "team-b"}, func(r Record) bool { return r.Namespace == "team-b" }},
+		{"agent", Query{Namespace: "team-a", Agent: "review"}, func(r Record) bool { return r.Namespace == "team-a" && r.Agent == "review" }},
+		{"phase", Query{Namespace: "team-a", Phase: "Failed"}, func(r Record) bool { return r.Namespace == "team-a" && r.Phase == "Failed" }},
+		{"name", Query{Namespace: "team-b", Name: "run-7"}, func(r Record) bool { return r.Namespace == "team-b" && r.Name == "run-7" }},
+		{"time range", Query{Namespace: "team-a", Since: since, Until: until}, func(r Record) bool {
+			return r.Namespace == "team-a" && !r.FinishedAt.Before(since) && r.FinishedAt.Before(until)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := newestFirst(tc.match)
+			if len(want) == 0 {
+				t.Fatal("the fixture matches nothing: the test would prove nothing")
+			}
+			var got []string
+			q := tc.q
+			q.Limit = 7
+			for pages := 0; ; pages++ {
+				if pages > 100 {
+					t.Fatal("the cursor never ends")
+				}
+				p, err := s.List(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(p.Runs) > q.Limit {
+					t.Fatalf("a page of %d, limit %d", len(p.Runs), q.Limit)
+				}
+				for _, r := range p.Runs {
+					got = append(got, r.UID)
+				}
+				if p.Next == "" {
+					break
+				}
+				q.Cursor = p.Next
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("paged %d runs %v\nwant %d %v", len(got), got, len(want), want)
+			}
+		})
+	}
+}
+
+func TestBadCursorsAndRangesAreRefusedClearly(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		if err := s.Put(ctx, run(fmt.Sprintf("u%d", i), "team-a", "r", "echo", "Succeeded", base.Add(time.Duration(i)*time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := s.List(ctx, Query{Namespace: "team-a", Limit: 1})
+	if err != nil || p.Next == "" {
+		t.Fatalf("first page: %v next=%q", err, p.Next)
+	}
+	var bad *BadCursorError
+	for _, tc := range []struct {
+		name string
+		q    Query
+		want string
+	}{
+		{"not base64", Query{Namespace: "team-a", Cursor: "%%%"}, "is not one this archive gave out"},
+		{"not a cursor", Query{Namespace: "team-a", Cursor: "e30"}, "is not one this archive gave out"}, // {}
+		{"another query's", Query{Namespace: "team-a", Agent: "echo", Cursor: p.Next}, "belongs to a list with other filters"},
+	} {
+		if _, err := s.List(ctx, tc.q); !errors.As(err, &bad) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "start again without it") {
+			t.Errorf("%s: %v, want a BadCursorError saying %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := s.List(ctx, Query{Since: base.Add(time.Hour), Until: base}); err == nil || !strings.Contains(err.Error(), "since must be before until") {
+		t.Errorf("an empty range: %v", err)
+	}
+	if _, err := s.List(ctx, Query{Limit: -1}); err == nil || !strings.Contains(err.Error(), "page size") {
+		t.Errorf("a negative limit: %v", err)
+	}
+}
+
+func TestRowsPastTheArchivesRetentionGoInBatches(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 25 {
+		if err := s.Put(ctx, run(fmt.Sprintf("u%02d", i), "team-a", "r", "", "Succeeded", base.Add(time.Duration(i)*time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutoff := base.Add(20 * time.Hour) // u00..u19 finished before it
+	var batches []int64
+	for {
+		n, err := s.DeleteFinishedBefore(ctx, cutoff, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, n)
+		if n < 8 {
+			break
+		}
+	}
+	if !slices.Equal(batches, []int64{8, 8, 4}) {
+		t.Fatalf("batches %v, want 8, 8, 4", batches)
+	}
+	p, err := s.List(ctx, Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, r := range p.Runs {
+		left = append(left, r.UID)
+	}
+	if !slices.Equal(left, []string{"u24", "u23", "u22", "u21", "u20"}) {
+		t.Fatalf("left %v, want the five that finished at or after the cutoff", left)
+	}
+}
+
+// TestNoPasswordInErrors: a wrong password and an unreachable database each say what is wrong,
+// and neither error holds the password.
+func TestNoPasswordInErrors(t *testing.T) {
+	p := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const secret = "s3cret-not-the-password"
+	_, err := Open(ctx, Config{URL: fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", p.User, p.Addr), Password: secret})
+	if err == nil || !strings.Contains(err.Error(), "password authentication failed") || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a wrong password: %v", err)
+	}
+	_, err = Open(ctx, Config{URL: fmt.Sprintf("postgres://%s:%s@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2", p.User, secret)})
+	if err == nil || !strings.Contains(err.Error(), "does not answer") && !strings.Contains(err.Error(), "connect") || strings.Contains(err.Error(), secret) {
+		t.Fatalf("an unreachable database: %v", err)
+	}
+	_, err = Open(ctx, Config{URL: "postgres://u:" + secret + "@host:notaport/db"})
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "want postgres://") {
+		t.Fatalf("a malformed URL: %v", err)
+	}
+}
+
+// TestAWriteWhileTheDatabaseIsDownFailsAndTheNextSucceeds: the pool reconnects once the server is
+// back; nothing is written twice or lost.
+func TestAWriteWhileTheDatabaseIsDownFailsAndTheNextSucceeds(t *testing.T) {
+	s, _ := open(t)
+	p := server(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if err := s.Put(ctx, run("before", "team-a", "r", "", "Succeeded", now)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := s.Put(short, run("during", "team-a", "r", "", "Succeeded", now))
+	cancel()
+	if err == nil {
+		t.Fatal("a write with the database stopped succeeded")
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the write after the database is back", func() error {
+		return s.Put(ctx, run("during", "team-a", "r", "", "Succeeded", now))
+	})
+	for _, uid := range []string{"before", "during"} {
+		if ok, err := s.Has(ctx, uid); err != nil || !ok {
+			t.Fatalf("run %s archived: %v %v", uid, ok, err)
+		}
+	}
+}
