@@ -29,6 +29,9 @@ const (
 	// FinalizerJobResult keeps a run's Job readable until job-gc has seen its outcome recorded
 	// in the AgentRun's status.
 	FinalizerJobResult = "agents.proompteng.ai/job-result"
+	// FinalizerArchive keeps a run (AgentRun or OrchestrationRun) until job-gc has written it to
+	// the run archive, while archiving is on; job-gc releases it when archiving is off.
+	FinalizerArchive = "agents.proompteng.ai/archive"
 
 	// AnnotationSimulatePrefix: annotations of a run (or of the OrchestrationRun it came from)
 	// that start with it are copied onto the Job's pod template, where the local control

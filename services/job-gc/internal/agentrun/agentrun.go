@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	pb "github.com/agentplane/agentplane/proto/agentplane/v1"
+	"github.com/agentplane/agentplane/services/job-gc/internal/archiver"
 	"github.com/agentplane/agentplane/services/job-gc/internal/job"
 )
 
@@ -67,6 +69,9 @@ type Reconciler struct {
 	// Deletions counts the objects deleted at the end of a retention, by kind; Missing, the runs
 	// found missing their Job, and Failed, those failed for it, by namespace.
 	Deletions, Missing, Failed *prometheus.CounterVec
+	// Archive writes finished runs to the run archive before their retention ends; nil: archiving
+	// is off, and the archive finalizer is released from runs that have it.
+	Archive *archiver.Archiver
 }
 
 // Reconcile deletes the AgentRun named by key ("<namespace>/<name>") and its Jobs once it is
@@ -78,6 +83,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	ar := obj.(*agentsv1alpha1.AgentRun)
+	if r.Archive != nil {
+		if stop, err := r.Archive.AgentRun(ctx, ar); stop || err != nil {
+			return err
+		}
+	} else if slices.Contains(ar.Finalizers, archiver.Finalizer) {
+		if err := archiver.Release(ctx, r.Client, "AgentRun", ar.Namespace, ar.Name, ar.Finalizers); err != nil {
+			return err
+		}
+	}
 	if ar.DeletionTimestamp != nil {
 		return nil
 	}

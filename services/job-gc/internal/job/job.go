@@ -65,6 +65,9 @@ type Reconciler struct {
 	Queue *controller.Queue
 	// Released counts the holds released, by why (ReleasedRecorded, ReleasedOwnerGone).
 	Released *prometheus.CounterVec
+	// Archived, when archiving is on, reports whether the run is in the run archive: a recorded
+	// result's hold is released only then, so that the archive can read the Job and its pods.
+	Archived func(*agentsv1alpha1.AgentRun) bool
 
 	mu     sync.Mutex
 	warned map[types.UID]bool // Jobs a JobResultHeld Warning was raised for
@@ -102,6 +105,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		run = live
 	}
 	if Recorded(run, j.UID) {
+		if r.Archived != nil && !r.Archived(run) {
+			return nil // the run archive captures the Job and its pods first; it queues the Job again then
+		}
 		return r.release(ctx, j, ReleasedRecorded)
 	}
 	// Held on purpose; but a finished or deleted Job whose result stays unrecorded for long

@@ -9,6 +9,7 @@ package orchestrationrun
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ import (
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/logging"
+	"github.com/agentplane/agentplane/services/job-gc/internal/archiver"
 	"github.com/agentplane/agentplane/services/job-gc/internal/job"
 )
 
@@ -48,6 +50,9 @@ type Reconciler struct {
 	Queue *controller.Queue
 	// Deletions counts the objects deleted at the end of a retention, by kind.
 	Deletions *prometheus.CounterVec
+	// Archive writes finished runs to the run archive before their retention ends; nil: archiving
+	// is off, and the archive finalizer is released from runs that have it.
+	Archive *archiver.Archiver
 }
 
 // Reconcile deletes the OrchestrationRun named by key ("<namespace>/<name>"), its step runs and
@@ -59,6 +64,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	or := obj.(*orchv1alpha1.OrchestrationRun)
+	if r.Archive != nil {
+		if stop, err := r.Archive.OrchestrationRun(ctx, or); stop || err != nil {
+			return err
+		}
+	} else if slices.Contains(or.Finalizers, archiver.Finalizer) {
+		if err := archiver.Release(ctx, r.Client, "OrchestrationRun", or.Namespace, or.Name, or.Finalizers); err != nil {
+			return err
+		}
+	}
 	if or.DeletionTimestamp != nil || or.Status.FinishedAt == nil {
 		return nil
 	}

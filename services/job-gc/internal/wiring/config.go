@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentplane/agentplane/libs/archive"
 	"github.com/agentplane/agentplane/libs/config"
 )
 
@@ -28,6 +29,12 @@ type Config struct {
 	HoldWarning time.Duration
 	// Workers reconcile in parallel, per queue: JANGAR_JOB_GC_WORKERS.
 	Workers int
+	// Archive is the run archive (JANGAR_ARCHIVE_URL, JANGAR_ARCHIVE_PASSWORD); no URL: archiving
+	// is off, and job-gc releases the archive finalizer from runs that still have it.
+	Archive archive.Config
+	// ArchiveLogLines is how many lines of each container's log a run's archive record keeps:
+	// JANGAR_ARCHIVE_LOG_LINES (0: logs are not read).
+	ArchiveLogLines int
 }
 
 // The variables, by name.
@@ -37,6 +44,7 @@ const (
 	EnvMissingGrace  = "JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS"
 	EnvHoldWarning   = "JANGAR_JOB_GC_HOLD_WARNING_SECONDS"
 	EnvWorkers       = "JANGAR_JOB_GC_WORKERS"
+	EnvArchiveLogs   = "JANGAR_ARCHIVE_LOG_LINES"
 )
 
 // Defaults: 30 days of retention (the seed's cluster value), a minute of grace, an hour of hold.
@@ -58,12 +66,17 @@ func LoadConfig(env *config.Env, namespaces []string) (Config, error) {
 		return time.Duration(v) * time.Second
 	}
 	c := Config{
-		Namespaces:    namespaces,
-		Retention:     seconds(EnvRetention, DefaultRetention, 0),
-		OrchRetention: seconds(EnvOrchRetention, DefaultRetention, 0),
-		MissingGrace:  seconds(EnvMissingGrace, DefaultMissingGrace, 1),
-		HoldWarning:   seconds(EnvHoldWarning, DefaultHoldWarning, 1),
-		Workers:       env.Int(EnvWorkers, 4),
+		Namespaces:      namespaces,
+		Retention:       seconds(EnvRetention, DefaultRetention, 0),
+		OrchRetention:   seconds(EnvOrchRetention, DefaultRetention, 0),
+		MissingGrace:    seconds(EnvMissingGrace, DefaultMissingGrace, 1),
+		HoldWarning:     seconds(EnvHoldWarning, DefaultHoldWarning, 1),
+		Workers:         env.Int(EnvWorkers, 4),
+		Archive:         archive.LoadConfig(env),
+		ArchiveLogLines: env.Int(EnvArchiveLogs, 100),
+	}
+	if c.ArchiveLogLines < 0 || c.ArchiveLogLines > 10000 {
+		env.Fail(EnvArchiveLogs, fmt.Sprint(c.ArchiveLogLines), "between 0 (no logs) and 10000")
 	}
 	if c.Workers < 1 || c.Workers > 256 {
 		env.Fail(EnvWorkers, fmt.Sprint(c.Workers), "between 1 and 256")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,6 +57,7 @@ func runMain(m *testing.M) int {
 	}
 	defer w.Stop()
 	swAddr, evAddr = w.StatusAddr, w.EventsAddr
+	defer stopPostgres()
 	return m.Run()
 }
 
@@ -66,20 +68,36 @@ type fixture struct {
 	rc  *rest.RESTClient
 	reg *prometheus.Registry
 	gc  *GC
+	// stop ends the job-gc runGC started (the test's end does too).
+	stop func()
 }
 
 // start makes a namespace and runs job-gc there with cfg (its namespaces set) until the test ends.
 func start(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	return startWith(t, cfg, nil)
+}
+
+// startWith is start with Deps changed by mod (the run archive, say).
+func startWith(t *testing.T, cfg Config, mod func(*Deps)) *fixture {
+	t.Helper()
 	ns := fmt.Sprintf("gc-%d", nsSerial.Add(1))
-	ctx := context.Background()
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rc, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &fixture{t: t, ns: ns, rc: rc}
+	f.runGC(cfg, mod)
+	return f
+}
+
+// runGC starts job-gc in f's namespace with cfg, until the test ends or stop.
+func (f *fixture) runGC(cfg Config, mod func(*Deps)) {
+	t := f.t
+	t.Helper()
 	sw, err := statusclient.New(swAddr, "job-gc", statusclient.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,24 +106,35 @@ func start(t *testing.T, cfg Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Namespaces = []string{ns}
+	cfg.Namespaces = []string{f.ns}
 	reg := prometheus.NewRegistry()
-	g, err := New(cfg, Deps{Kube: env.Client, REST: env.Config, Status: sw, Events: ev, Registry: reg})
+	d := Deps{Kube: env.Client, REST: env.Config, Status: sw, Events: ev, Registry: reg}
+	if mod != nil {
+		mod(&d)
+	}
+	g, err := New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(cctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("job-gc: %v", err)
-		}
-		sw.Close()
-		ev.Close()
-	})
-	return &fixture{t: t, ns: ns, rc: rc, reg: reg, gc: g}
+	var once sync.Once
+	f.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("job-gc: %v", err)
+			}
+			sw.Close()
+			ev.Close()
+			if c, ok := d.Archive.(interface{ Close() }); ok {
+				c.Close()
+			}
+		})
+	}
+	t.Cleanup(f.stop)
+	f.reg, f.gc = reg, g
 }
 
 func defaults() Config {

@@ -35,15 +35,25 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	g, err := New(cfg, Deps{Kube: c.Kube, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry})
+	d := Deps{Kube: c.Kube, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry}
+	var store *lazyStore
+	if cfg.Archive.Enabled() {
+		store = &lazyStore{cfg: cfg.Archive}
+		d.Archive = store
+	}
+	g, err := New(cfg, d)
 	if err != nil {
 		c.Close()
 		return err
 	}
 	rt.Logger.Info("job-gc configured", "namespaces", ns, "statusWriter", c.StatusAddr, "eventEmitter", c.EventsAddr,
-		"agentRunRetention", cfg.Retention, "missingJobGrace", cfg.MissingGrace, "holdWarning", cfg.HoldWarning)
+		"agentRunRetention", cfg.Retention, "missingJobGrace", cfg.MissingGrace, "holdWarning", cfg.HoldWarning,
+		"archive", cfg.Archive.Enabled())
 	rt.Go("job-gc", func(ctx context.Context) error {
 		defer c.Close()
+		if store != nil {
+			defer store.Close()
+		}
 		return leader.RunService(ctx, rt.Config, c.Kube, g.Run)
 	})
 	return nil

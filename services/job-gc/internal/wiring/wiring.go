@@ -33,6 +33,7 @@ import (
 	"github.com/agentplane/agentplane/libs/logging"
 	"github.com/agentplane/agentplane/libs/statusclient"
 	"github.com/agentplane/agentplane/services/job-gc/internal/agentrun"
+	"github.com/agentplane/agentplane/services/job-gc/internal/archiver"
 	"github.com/agentplane/agentplane/services/job-gc/internal/job"
 	"github.com/agentplane/agentplane/services/job-gc/internal/orchestrationrun"
 )
@@ -44,6 +45,8 @@ type Deps struct {
 	Status   statusclient.Writer
 	Events   eventclient.Emitter
 	Registry prometheus.Registerer
+	// Archive is the run archive; nil leaves archiving off (and the archive finalizer released).
+	Archive archiver.Store
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -61,6 +64,7 @@ type GC struct {
 	job        *job.Reconciler
 	run        *agentrun.Reconciler
 	orch       *orchestrationrun.Reconciler
+	archive    *archiver.Archiver // nil: archiving is off
 }
 
 // New builds job-gc for cfg.Namespaces.
@@ -98,6 +102,11 @@ func New(cfg Config, d Deps) (*GC, error) {
 		Retention: cfg.Retention, MissingGrace: cfg.MissingGrace, Deletions: deletions, Missing: missing, Failed: failed}
 	g.orch = &orchestrationrun.Reconciler{OrchRuns: g.orchRuns, Runs: g.runs, Jobs: g.jobs, Client: client, Kube: d.Kube, Now: d.Now,
 		Retention: cfg.OrchRetention, Deletions: deletions}
+	if d.Archive != nil {
+		g.archive = newArchiver(g, cfg, d)
+		g.job.Archived = func(ar *agentsv1alpha1.AgentRun) bool { return g.archive.IsArchived(ar.UID) }
+	}
+	g.run.Archive, g.orch.Archive = g.archive, g.archive
 	g.ctl = controller.New(controller.Options{Service: "job-gc", Registry: d.Registry, Workers: cfg.Workers})
 	g.jobQ = g.ctl.AddQueue("Job", noResult(g.job.Reconcile))
 	g.runQ = g.ctl.AddQueue("AgentRun", noResult(g.run.Reconcile))
@@ -110,6 +119,9 @@ func New(cfg Config, d Deps) (*GC, error) {
 	}
 	for _, kind := range []string{"Job", "AgentRun", "OrchestrationRun"} { // dashboards show 0 rather than no data
 		deletions.WithLabelValues(kind)
+	}
+	if r := d.Registry; r != nil && g.archive != nil {
+		registerArchiveMetrics(r, g.archive)
 	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(released, deletions, missing, failed,
@@ -155,6 +167,8 @@ func (g *GC) Run(ctx context.Context) error {
 			key := ar.Namespace + "/" + ar.Name
 			if !deleted {
 				g.runQ.Add(key)
+			} else if g.archive != nil {
+				g.archive.Forget(ar.UID)
 			}
 			for _, j := range controller.ByIndex[*batchv1.Job](g.jobs[ar.Namespace], job.ByRun, key) {
 				g.jobQ.Add(j.Namespace + "/" + j.Name)
@@ -165,6 +179,9 @@ func (g *GC) Run(ctx context.Context) error {
 			if !deleted {
 				g.orchQ.Add(key)
 				return
+			}
+			if g.archive != nil {
+				g.archive.Forget(or.UID)
 			}
 			// Its step runs, if any outlived it, are orphans now: their own retention applies.
 			for _, ar := range controller.ByIndex[*agentsv1alpha1.AgentRun](g.runs[or.Namespace], orchestrationrun.ByOrchestrationRun, key) {

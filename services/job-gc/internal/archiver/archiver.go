@@ -1,0 +1,417 @@
+// Package archiver is job-gc's run archive writer (#37). While archiving is on, every AgentRun
+// and OrchestrationRun carries the agents.proompteng.ai/archive finalizer; when a run finishes,
+// what will soon be gone is captured — its Events (the API server keeps them an hour), its Jobs'
+// outcomes and the tails of its containers' logs (redacted) — and written with the run's final
+// object to the archive (libs/archive), before job-gc lets its Jobs go (the job-result hold waits
+// for it) and before retention deletes it. A deletion by hand waits too: the finalizer is
+// released only once the run is archived. Writes are idempotent (one row per run UID), so a
+// write retried after a crash stores one row.
+//
+// With archiving off, job-gc releases the finalizer from every run that still has it.
+package archiver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
+	"github.com/agentplane/agentplane/libs/archive"
+	"github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/libs/redact"
+)
+
+// Finalizer is the archive's hold on a run.
+const Finalizer = agentsv1alpha1.FinalizerArchive
+
+// Store is where runs are archived (an *archive.Store).
+type Store interface {
+	Put(ctx context.Context, r archive.Record) error
+	Has(ctx context.Context, uid string) (bool, error)
+}
+
+// Archiver writes finished runs to Store. Its fields are set once, before the controller runs.
+type Archiver struct {
+	Store Store
+	// Kube reads Events, pods and logs; Client patches runs' finalizers.
+	Kube   kubernetes.Interface
+	Client versioned.Interface
+	// Jobs are the informers of run-controller's Jobs by namespace, indexed by ByRun.
+	Jobs  map[string]cache.SharedIndexInformer
+	ByRun string
+	// LogLines is how many lines of each container's log are kept (0: none are read).
+	LogLines int64
+	// Now is the clock.
+	Now func() time.Time
+	// Archived is called after a run is written (job-gc looks at its Jobs again: their holds
+	// waited for it).
+	Archived func(kind, namespace, name string)
+
+	Writes  *prometheus.CounterVec // by result: ok, error
+	Seconds prometheus.Histogram   // one run's capture and write
+
+	mu      sync.Mutex
+	done    map[types.UID]bool      // written by this process
+	pending map[types.UID]time.Time // finished, not yet written: since when
+}
+
+// logBytes bounds what is read of one container's log.
+const logBytes = 64 << 10
+
+func (a *Archiver) init() {
+	if a.done == nil {
+		a.done, a.pending = map[types.UID]bool{}, map[types.UID]time.Time{}
+	}
+}
+
+// IsArchived reports whether this process has written the run with uid.
+func (a *Archiver) IsArchived(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.done[uid]
+}
+
+// Behind is how many finished runs wait to be archived, and how long the oldest has waited.
+func (a *Archiver) Behind() (int, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var oldest time.Duration
+	now := a.Now()
+	for _, since := range a.pending {
+		oldest = max(oldest, now.Sub(since))
+	}
+	return len(a.pending), oldest
+}
+
+// Forget drops what the archiver remembers of a run that is gone.
+func (a *Archiver) Forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.done, uid)
+	delete(a.pending, uid)
+}
+
+// AgentRun does the archive's part of reconciling ar: it holds a live run with the finalizer,
+// archives a finished run (or one being deleted) and then lets a deleted one go. stop says the
+// rest of the reconcile has nothing to do (the run is being deleted); an error (the archive
+// unreachable) means the run waits, retention included.
+func (a *Archiver) AgentRun(ctx context.Context, ar *agentsv1alpha1.AgentRun) (stop bool, err error) {
+	return a.reconcile(ctx, "AgentRun", ar, ar.Status.FinishedAt != nil,
+		func(ctx context.Context) (archive.Record, error) { return a.captureAgentRun(ctx, ar) })
+}
+
+// OrchestrationRun is AgentRun for an OrchestrationRun (its record holds its step tree; its step
+// AgentRuns are archived as runs of their own).
+func (a *Archiver) OrchestrationRun(ctx context.Context, or *orchv1alpha1.OrchestrationRun) (stop bool, err error) {
+	return a.reconcile(ctx, "OrchestrationRun", or, or.Status.FinishedAt != nil,
+		func(ctx context.Context) (archive.Record, error) { return a.captureOrchestrationRun(ctx, or) })
+}
+
+func (a *Archiver) reconcile(ctx context.Context, kind string, o metav1.Object, done bool, capture func(context.Context) (archive.Record, error)) (bool, error) {
+	held := slices.Contains(o.GetFinalizers(), Finalizer)
+	deleting := o.GetDeletionTimestamp() != nil
+	switch {
+	case deleting && !held:
+		return true, nil
+	case deleting:
+		if err := a.ensure(ctx, kind, o.GetNamespace(), o.GetName(), o.GetUID(), capture); err != nil {
+			return true, err
+		}
+		return true, a.release(ctx, kind, o.GetNamespace(), o.GetName(), o.GetFinalizers())
+	case !held:
+		return false, a.hold(ctx, kind, o.GetNamespace(), o.GetName(), o.GetResourceVersion(), o.GetFinalizers())
+	case done:
+		return false, a.ensure(ctx, kind, o.GetNamespace(), o.GetName(), o.GetUID(), capture)
+	}
+	return false, nil
+}
+
+// ensure archives the run with uid unless it already is (in this process, or in the archive: a
+// restarted job-gc asks before it captures again).
+func (a *Archiver) ensure(ctx context.Context, kind, ns, name string, uid types.UID, capture func(context.Context) (archive.Record, error)) error {
+	a.mu.Lock()
+	a.init()
+	if a.done[uid] {
+		a.mu.Unlock()
+		return nil
+	}
+	if _, ok := a.pending[uid]; !ok {
+		a.pending[uid] = a.Now()
+	}
+	a.mu.Unlock()
+	start := time.Now()
+	err := a.write(ctx, uid, capture)
+	a.Seconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.Writes.WithLabelValues("error").Inc()
+		return err // logged and retried with backoff; the run waits
+	}
+	a.Writes.WithLabelValues("ok").Inc()
+	a.mu.Lock()
+	a.done[uid] = true
+	delete(a.pending, uid)
+	a.mu.Unlock()
+	if a.Archived != nil {
+		a.Archived(kind, ns, name)
+	}
+	return nil
+}
+
+func (a *Archiver) write(ctx context.Context, uid types.UID, capture func(context.Context) (archive.Record, error)) error {
+	if ok, err := a.Store.Has(ctx, string(uid)); err != nil {
+		return fmt.Errorf("the run archive: %w", err)
+	} else if ok {
+		return nil
+	}
+	r, err := capture(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.Store.Put(ctx, r); err != nil {
+		return fmt.Errorf("the run archive: %w", err)
+	}
+	return nil
+}
+
+// hold adds the finalizer, testing that the list is still what was read (a concurrent change to
+// it is never overwritten: the patch fails and the reconcile is retried).
+func (a *Archiver) hold(ctx context.Context, kind, ns, name, rv string, have []string) error {
+	var patch []byte
+	var pt types.PatchType
+	if len(have) == 0 {
+		pt = types.MergePatchType
+		patch, _ = json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{Finalizer}, "resourceVersion": rv}})
+	} else {
+		pt = types.JSONPatchType
+		patch, _ = json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/finalizers", "value": have},
+			{"op": "add", "path": "/metadata/finalizers/-", "value": Finalizer},
+		})
+	}
+	return a.patch(ctx, kind, ns, name, pt, patch, "hold")
+}
+
+// Release removes the archive's finalizer from a run that has it: job-gc calls it with archiving
+// off (when on, the Archiver does once the run is archived).
+func Release(ctx context.Context, client versioned.Interface, kind, ns, name string, have []string) error {
+	a := &Archiver{Client: client}
+	return a.release(ctx, kind, ns, name, have)
+}
+
+func (a *Archiver) release(ctx context.Context, kind, ns, name string, have []string) error {
+	i := slices.Index(have, Finalizer)
+	if i < 0 {
+		return nil
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": Finalizer},
+		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
+	})
+	return a.patch(ctx, kind, ns, name, types.JSONPatchType, patch, "release")
+}
+
+func (a *Archiver) patch(ctx context.Context, kind, ns, name string, pt types.PatchType, patch []byte, what string) error {
+	opts := metav1.PatchOptions{FieldManager: "agentplane-job-gc"}
+	var err error
+	switch kind {
+	case "AgentRun":
+		_, err = a.Client.AgentsV1alpha1().AgentRuns(ns).Patch(ctx, name, pt, patch, opts)
+	default:
+		_, err = a.Client.OrchestrationV1alpha1().OrchestrationRuns(ns).Patch(ctx, name, pt, patch, opts)
+	}
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err), apierrors.IsInvalid(err):
+		// The object changed since the cache saw it (a failed test is reported as invalid): the
+		// retry reads it again.
+		return controller.Waiting(fmt.Errorf("%s the archive finalizer of %s %s/%s: it changed meanwhile: %w", what, kind, ns, name, err))
+	default:
+		return fmt.Errorf("%s the archive finalizer of %s %s/%s: %w", what, kind, ns, name, err)
+	}
+}
+
+// finished is when a run finished, or, for one deleted before it finished, when its deletion was
+// asked for.
+func finished(at *metav1.Time, deleted *metav1.Time, now time.Time) time.Time {
+	switch {
+	case at != nil:
+		return at.Time
+	case deleted != nil:
+		return deleted.Time
+	}
+	return now
+}
+
+func phaseOr(p string) string {
+	if p == "" {
+		return agentsv1alpha1.PhasePending
+	}
+	return p
+}
+
+// object is the run as archived: its managed fields dropped (they repeat the object).
+func object(o any) (json.RawMessage, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
+	}
+	return json.Marshal(m)
+}
+
+func (a *Archiver) captureAgentRun(ctx context.Context, ar *agentsv1alpha1.AgentRun) (archive.Record, error) {
+	r := archive.Record{Summary: archive.Summary{UID: string(ar.UID), Kind: "AgentRun", Namespace: ar.Namespace, Name: ar.Name,
+		Agent: ar.Spec.AgentRef.Name, Phase: phaseOr(ar.Status.Phase), CreatedAt: ar.CreationTimestamp.Time,
+		FinishedAt: finished(ar.Status.FinishedAt, ar.DeletionTimestamp, a.Now())}}
+	var err error
+	withKind := ar.DeepCopy()
+	withKind.APIVersion, withKind.Kind = agentsv1alpha1.GroupVersion.String(), "AgentRun"
+	if r.Object, err = object(withKind); err != nil {
+		return r, fmt.Errorf("AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
+	}
+	if r.Events, err = a.events(ctx, ar.Namespace, ar.UID); err != nil {
+		return r, err
+	}
+	var jobs []*batchv1.Job
+	if inf := a.Jobs[ar.Namespace]; inf != nil {
+		for _, j := range controller.ByIndex[*batchv1.Job](inf, a.ByRun, ar.Namespace+"/"+ar.Name) {
+			if ref := controller.ControllerOf(j.OwnerReferences, "AgentRun"); ref != nil && ref.UID == ar.UID {
+				jobs = append(jobs, j)
+			}
+		}
+	}
+	r.Jobs, r.Logs, err = a.jobs(ctx, ar.Namespace, jobs)
+	return r, err
+}
+
+func (a *Archiver) captureOrchestrationRun(ctx context.Context, or *orchv1alpha1.OrchestrationRun) (archive.Record, error) {
+	r := archive.Record{Summary: archive.Summary{UID: string(or.UID), Kind: "OrchestrationRun", Namespace: or.Namespace, Name: or.Name,
+		Agent: or.Spec.OrchestrationRef.Name, Phase: phaseOr(or.Status.Phase), CreatedAt: or.CreationTimestamp.Time,
+		FinishedAt: finished(or.Status.FinishedAt, or.DeletionTimestamp, a.Now())}}
+	var err error
+	withKind := or.DeepCopy()
+	withKind.APIVersion, withKind.Kind = orchv1alpha1.GroupVersion.String(), "OrchestrationRun"
+	if r.Object, err = object(withKind); err != nil {
+		return r, fmt.Errorf("OrchestrationRun %s/%s: %w", or.Namespace, or.Name, err)
+	}
+	r.Events, err = a.events(ctx, or.Namespace, or.UID)
+	return r, err
+}
+
+// events are the Events about the object with uid, oldest first, their messages redacted.
+func (a *Archiver) events(ctx context.Context, ns string, uid types.UID) ([]archive.Event, error) {
+	list, err := a.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
+	if err != nil {
+		return nil, fmt.Errorf("list the Events of %s in %s: %w", uid, ns, err)
+	}
+	out := make([]archive.Event, 0, len(list.Items))
+	for _, e := range list.Items {
+		first, last := e.FirstTimestamp.Time, e.LastTimestamp.Time
+		if first.IsZero() {
+			first = e.EventTime.Time
+		}
+		if last.IsZero() {
+			last = first
+		}
+		source := e.Source.Component
+		if source == "" {
+			source = e.ReportingController
+		}
+		out = append(out, archive.Event{Type: e.Type, Reason: e.Reason, Message: redact.String(e.Message), Count: e.Count,
+			First: first, Last: last, Source: source, Involved: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name})
+	}
+	slices.SortStableFunc(out, func(x, y archive.Event) int { return x.First.Compare(y.First) })
+	return out, nil
+}
+
+// jobs are the outcomes of a run's Jobs and the tails of their pods' logs.
+func (a *Archiver) jobs(ctx context.Context, ns string, jobs []*batchv1.Job) ([]archive.JobOutcome, []archive.StepLog, error) {
+	if len(jobs) == 0 {
+		return nil, nil, nil
+	}
+	names := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		names = append(names, j.Name)
+	}
+	slices.Sort(names)
+	pods, err := a.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + " in (" + strings.Join(names, ",") + ")"})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the pods of Jobs %v in %s: %w", names, ns, err)
+	}
+	byJob := map[string][]corev1.Pod{}
+	for _, p := range pods.Items {
+		byJob[p.Labels[batchv1.JobNameLabel]] = append(byJob[p.Labels[batchv1.JobNameLabel]], p)
+	}
+	var outcomes []archive.JobOutcome
+	var logs []archive.StepLog
+	for _, j := range jobs {
+		o := archive.JobOutcome{Name: j.Name, Step: j.Labels[agentsv1alpha1.LabelWorkflowStep], Succeeded: j.Status.Succeeded > 0}
+		if j.Status.StartTime != nil {
+			o.Started = j.Status.StartTime.Time
+		}
+		for _, c := range j.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				o.Finished, o.Reason, o.Message = c.LastTransitionTime.Time, c.Reason, redact.String(c.Message)
+			}
+		}
+		for _, p := range byJob[j.Name] {
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; t != nil {
+					code := t.ExitCode
+					o.ExitCode = &code
+				}
+			}
+			logs = append(logs, a.logTails(ctx, &p)...)
+		}
+		outcomes = append(outcomes, o)
+	}
+	return outcomes, logs, nil
+}
+
+// logTails reads the last LogLines lines of each of a pod's containers; a log that cannot be
+// read says why instead (a node gone, a simulated pod).
+func (a *Archiver) logTails(ctx context.Context, p *corev1.Pod) []archive.StepLog {
+	if a.LogLines <= 0 {
+		return nil
+	}
+	var out []archive.StepLog
+	for _, c := range p.Spec.Containers {
+		lines, limit := a.LogLines, int64(logBytes)
+		b, err := a.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines, LimitBytes: &limit}).DoRaw(ctx)
+		l := archive.StepLog{Pod: p.Name, Container: c.Name}
+		var status apierrors.APIStatus
+		switch {
+		case err == nil:
+			l.Tail, l.Truncated = redact.String(string(b)), len(b) >= logBytes
+		case errors.As(err, &status):
+			l.Error = redact.String(status.Status().Message)
+		default:
+			l.Error = redact.String(err.Error())
+		}
+		out = append(out, l)
+	}
+	return out
+}

@@ -1,0 +1,100 @@
+package wiring
+
+import (
+	"context"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	batchv1 "k8s.io/api/batch/v1"
+
+	"github.com/agentplane/agentplane/libs/archive"
+	"github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/services/job-gc/internal/archiver"
+	"github.com/agentplane/agentplane/services/job-gc/internal/job"
+)
+
+// lazyStore opens the archive on first use and again after a failed open: job-gc starts (and
+// guards Job results) while the database is unreachable; archiving, and the retention that
+// waits on it, resume once it answers.
+type lazyStore struct {
+	cfg archive.Config
+
+	mu    sync.Mutex
+	store *archive.Store
+}
+
+func (l *lazyStore) get(ctx context.Context) (*archive.Store, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.store != nil {
+		return l.store, nil
+	}
+	s, err := archive.Open(ctx, l.cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.store = s
+	return s, nil
+}
+
+func (l *lazyStore) Put(ctx context.Context, r archive.Record) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Put(ctx, r)
+}
+
+func (l *lazyStore) Has(ctx context.Context, uid string) (bool, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	return s.Has(ctx, uid)
+}
+
+// Close releases the pool, if one was opened.
+func (l *lazyStore) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.store != nil {
+		l.store.Close()
+		l.store = nil
+	}
+}
+
+// newArchiver is the archive writer of g: once a run is archived, its Jobs are looked at again
+// (their job-result holds waited for it).
+func newArchiver(g *GC, cfg Config, d Deps) *archiver.Archiver {
+	return &archiver.Archiver{Store: d.Archive, Kube: d.Kube, Client: g.client, Jobs: g.jobs, ByRun: job.ByRun,
+		LogLines: int64(cfg.ArchiveLogLines), Now: d.Now,
+		Archived: func(kind, ns, name string) {
+			if kind != "AgentRun" {
+				return
+			}
+			for _, j := range controller.ByIndex[*batchv1.Job](g.jobs[ns], job.ByRun, ns+"/"+name) {
+				g.jobQ.Add(j.Namespace + "/" + j.Name)
+			}
+		},
+		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentplane_job_gc_archive_writes_total", Help: "Runs written to the run archive, by result (ok, error: the database unreachable or refusing; the run waits and is retried).",
+		}, []string{"result"}),
+		Seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "agentplane_job_gc_archive_write_seconds", Help: "Time to capture one finished run (its Events, Jobs and log tails) and write it to the run archive.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
+	}
+}
+
+func registerArchiveMetrics(r prometheus.Registerer, a *archiver.Archiver) {
+	a.Writes.WithLabelValues("ok")
+	a.Writes.WithLabelValues("error")
+	r.MustRegister(a.Writes, a.Seconds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentplane_job_gc_archive_pending_runs", Help: "Finished runs not yet in the run archive (their retention and their Jobs' release wait for it).",
+		}, func() float64 { n, _ := a.Behind(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentplane_job_gc_archive_oldest_pending_seconds", Help: "How long the longest-waiting finished run has waited for the run archive (0 when none waits).",
+		}, func() float64 { _, d := a.Behind(); return d.Seconds() }),
+	)
+}
