@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,16 +32,25 @@ func Index(j *batchv1.Job) int {
 	return -1
 }
 
-// ReleasePatch is the JSON patch that removes the job-result finalizer from j. It tests the
-// finalizer is still at the index read, so the server refuses it (422) if the list changed
-// since: no other finalizer is ever removed by mistake.
+// ReleasePatch is the JSON patch that removes the job-result finalizer from j (RemovalPatch).
 func ReleasePatch(j *batchv1.Job) ([]byte, error) {
-	i := Index(j)
-	if i < 0 {
+	if Index(j) < 0 {
 		return nil, fmt.Errorf("Job %s/%s holds no %s finalizer", j.Namespace, j.Name, agentsv1alpha1.FinalizerJobResult)
 	}
+	return RemovalPatch(j.Finalizers, agentsv1alpha1.FinalizerJobResult)
+}
+
+// RemovalPatch is the JSON patch that removes finalizer from an object whose finalizers were
+// read as have. It tests the finalizer is still at the index read, so the server refuses it
+// (422) if the list changed since: no other finalizer is ever removed by mistake. It is the one
+// used for every hold the control plane releases (the job-result hold, the run archive's).
+func RemovalPatch(have []string, finalizer string) ([]byte, error) {
+	i := slices.Index(have, finalizer)
+	if i < 0 {
+		return nil, fmt.Errorf("no %s finalizer to remove", finalizer)
+	}
 	return json.Marshal([]map[string]any{
-		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": agentsv1alpha1.FinalizerJobResult},
+		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": finalizer},
 		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
 	})
 }

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -69,8 +68,8 @@ type Reconciler struct {
 	// Deletions counts the objects deleted at the end of a retention, by kind; Missing, the runs
 	// found missing their Job, and Failed, those failed for it, by namespace.
 	Deletions, Missing, Failed *prometheus.CounterVec
-	// Archive writes finished runs to the run archive before their retention ends; nil: archiving
-	// is off, and the archive finalizer is released from runs that have it.
+	// Archive writes finished runs to the run archive before their retention ends (without a
+	// Store, archiving is off, and it releases the archive finalizer from runs that have it).
 	Archive *archiver.Archiver
 }
 
@@ -83,14 +82,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	ar := obj.(*agentsv1alpha1.AgentRun)
-	if r.Archive != nil {
-		if stop, err := r.Archive.AgentRun(ctx, ar); stop || err != nil {
-			return err
-		}
-	} else if slices.Contains(ar.Finalizers, archiver.Finalizer) {
-		if err := archiver.Release(ctx, r.Client, "AgentRun", ar.Namespace, ar.Name, ar.Finalizers); err != nil {
-			return err
-		}
+	if stop, err := r.Archive.AgentRun(ctx, ar); stop || err != nil {
+		return err
 	}
 	if ar.DeletionTimestamp != nil {
 		return nil

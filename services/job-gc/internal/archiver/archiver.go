@@ -7,7 +7,8 @@
 // released only once the run is archived. Writes are idempotent (one row per run UID), so a
 // write retried after a crash stores one row.
 //
-// With archiving off, job-gc releases the finalizer from every run that still has it.
+// With archiving off (an Archiver without a Store), the archiver releases the finalizer from every
+// run that still has it.
 package archiver
 
 import (
@@ -34,6 +35,7 @@ import (
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/archive"
 	"github.com/agentplane/agentplane/libs/controller"
+	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/redact"
 )
 
@@ -48,6 +50,7 @@ type Store interface {
 
 // Archiver writes finished runs to Store. Its fields are set once, before the controller runs.
 type Archiver struct {
+	// Store is the archive; nil: archiving is off (only Client is used, to release the finalizer).
 	Store Store
 	// Kube reads Events, pods and logs; Client patches runs' finalizers.
 	Kube   kubernetes.Interface
@@ -126,6 +129,12 @@ func (a *Archiver) OrchestrationRun(ctx context.Context, or *orchv1alpha1.Orches
 func (a *Archiver) reconcile(ctx context.Context, kind string, o metav1.Object, done bool, capture func(context.Context) (archive.Record, error)) (bool, error) {
 	held := slices.Contains(o.GetFinalizers(), Finalizer)
 	deleting := o.GetDeletionTimestamp() != nil
+	if a.Store == nil { // archiving is off: nothing may wait on it
+		if held {
+			return deleting, a.release(ctx, kind, o.GetNamespace(), o.GetName(), o.GetFinalizers())
+		}
+		return deleting, nil
+	}
 	switch {
 	case deleting && !held:
 		return true, nil
@@ -207,22 +216,11 @@ func (a *Archiver) hold(ctx context.Context, kind, ns, name, rv string, have []s
 	return a.patch(ctx, kind, ns, name, pt, patch, "hold")
 }
 
-// Release removes the archive's finalizer from a run that has it: job-gc calls it with archiving
-// off (when on, the Archiver does once the run is archived).
-func Release(ctx context.Context, client versioned.Interface, kind, ns, name string, have []string) error {
-	a := &Archiver{Client: client}
-	return a.release(ctx, kind, ns, name, have)
-}
-
 func (a *Archiver) release(ctx context.Context, kind, ns, name string, have []string) error {
-	i := slices.Index(have, Finalizer)
-	if i < 0 {
-		return nil
+	patch, err := jobresult.RemovalPatch(have, Finalizer)
+	if err != nil {
+		return nil // not held
 	}
-	patch, _ := json.Marshal([]map[string]any{
-		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": Finalizer},
-		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
-	})
 	return a.patch(ctx, kind, ns, name, types.JSONPatchType, patch, "release")
 }
 
@@ -266,30 +264,15 @@ func phaseOr(p string) string {
 	return p
 }
 
-// object is the run as archived: its managed fields dropped (they repeat the object).
-func object(o any) (json.RawMessage, error) {
-	b, err := json.Marshal(o)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	if md, ok := m["metadata"].(map[string]any); ok {
-		delete(md, "managedFields")
-	}
-	return json.Marshal(m)
-}
-
 func (a *Archiver) captureAgentRun(ctx context.Context, ar *agentsv1alpha1.AgentRun) (archive.Record, error) {
 	r := archive.Record{Summary: archive.Summary{UID: string(ar.UID), Kind: "AgentRun", Namespace: ar.Namespace, Name: ar.Name,
 		Agent: ar.Spec.AgentRef.Name, Phase: phaseOr(ar.Status.Phase), CreatedAt: ar.CreationTimestamp.Time,
 		FinishedAt: finished(ar.Status.FinishedAt, ar.DeletionTimestamp, a.Now())}}
+	// The informers drop managed fields (kubeclient.DropManagedFields): the object is as shown.
 	var err error
 	withKind := ar.DeepCopy()
 	withKind.APIVersion, withKind.Kind = agentsv1alpha1.GroupVersion.String(), "AgentRun"
-	if r.Object, err = object(withKind); err != nil {
+	if r.Object, err = json.Marshal(withKind); err != nil {
 		return r, fmt.Errorf("AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
 	}
 	if r.Events, err = a.events(ctx, ar.Namespace, ar.UID); err != nil {
@@ -314,7 +297,7 @@ func (a *Archiver) captureOrchestrationRun(ctx context.Context, or *orchv1alpha1
 	var err error
 	withKind := or.DeepCopy()
 	withKind.APIVersion, withKind.Kind = orchv1alpha1.GroupVersion.String(), "OrchestrationRun"
-	if r.Object, err = object(withKind); err != nil {
+	if r.Object, err = json.Marshal(withKind); err != nil {
 		return r, fmt.Errorf("OrchestrationRun %s/%s: %w", or.Namespace, or.Name, err)
 	}
 	r.Events, err = a.events(ctx, or.Namespace, or.UID)

@@ -9,7 +9,6 @@ package orchestrationrun
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,8 +49,8 @@ type Reconciler struct {
 	Queue *controller.Queue
 	// Deletions counts the objects deleted at the end of a retention, by kind.
 	Deletions *prometheus.CounterVec
-	// Archive writes finished runs to the run archive before their retention ends; nil: archiving
-	// is off, and the archive finalizer is released from runs that have it.
+	// Archive writes finished runs to the run archive before their retention ends (without a
+	// Store, archiving is off, and it releases the archive finalizer from runs that have it).
 	Archive *archiver.Archiver
 }
 
@@ -64,14 +63,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	or := obj.(*orchv1alpha1.OrchestrationRun)
-	if r.Archive != nil {
-		if stop, err := r.Archive.OrchestrationRun(ctx, or); stop || err != nil {
-			return err
-		}
-	} else if slices.Contains(or.Finalizers, archiver.Finalizer) {
-		if err := archiver.Release(ctx, r.Client, "OrchestrationRun", or.Namespace, or.Name, or.Finalizers); err != nil {
-			return err
-		}
+	if stop, err := r.Archive.OrchestrationRun(ctx, or); stop || err != nil {
+		return err
 	}
 	if or.DeletionTimestamp != nil || or.Status.FinishedAt == nil {
 		return nil

@@ -64,7 +64,7 @@ type GC struct {
 	job        *job.Reconciler
 	run        *agentrun.Reconciler
 	orch       *orchestrationrun.Reconciler
-	archive    *archiver.Archiver // nil: archiving is off
+	archive    *archiver.Archiver // without a Store: archiving is off
 }
 
 // New builds job-gc for cfg.Namespaces.
@@ -102,8 +102,8 @@ func New(cfg Config, d Deps) (*GC, error) {
 		Retention: cfg.Retention, MissingGrace: cfg.MissingGrace, Deletions: deletions, Missing: missing, Failed: failed}
 	g.orch = &orchestrationrun.Reconciler{OrchRuns: g.orchRuns, Runs: g.runs, Jobs: g.jobs, Client: client, Kube: d.Kube, Now: d.Now,
 		Retention: cfg.OrchRetention, Deletions: deletions}
+	g.archive = newArchiver(g, cfg, d) // without d.Archive, it only releases the archive finalizer
 	if d.Archive != nil {
-		g.archive = newArchiver(g, cfg, d)
 		g.job.Archived = func(ar *agentsv1alpha1.AgentRun) bool { return g.archive.IsArchived(ar.UID) }
 	}
 	g.run.Archive, g.orch.Archive = g.archive, g.archive
@@ -120,7 +120,7 @@ func New(cfg Config, d Deps) (*GC, error) {
 	for _, kind := range []string{"Job", "AgentRun", "OrchestrationRun"} { // dashboards show 0 rather than no data
 		deletions.WithLabelValues(kind)
 	}
-	if r := d.Registry; r != nil && g.archive != nil {
+	if r := d.Registry; r != nil && d.Archive != nil {
 		registerArchiveMetrics(r, g.archive)
 	}
 	if r := d.Registry; r != nil {
@@ -167,7 +167,7 @@ func (g *GC) Run(ctx context.Context) error {
 			key := ar.Namespace + "/" + ar.Name
 			if !deleted {
 				g.runQ.Add(key)
-			} else if g.archive != nil {
+			} else {
 				g.archive.Forget(ar.UID)
 			}
 			for _, j := range controller.ByIndex[*batchv1.Job](g.jobs[ar.Namespace], job.ByRun, key) {
@@ -180,9 +180,7 @@ func (g *GC) Run(ctx context.Context) error {
 				g.orchQ.Add(key)
 				return
 			}
-			if g.archive != nil {
-				g.archive.Forget(or.UID)
-			}
+			g.archive.Forget(or.UID)
 			// Its step runs, if any outlived it, are orphans now: their own retention applies.
 			for _, ar := range controller.ByIndex[*agentsv1alpha1.AgentRun](g.runs[or.Namespace], orchestrationrun.ByOrchestrationRun, key) {
 				g.runQ.Add(ar.Namespace + "/" + ar.Name)
