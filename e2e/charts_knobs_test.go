@@ -143,12 +143,18 @@ func TestSchemaRefusesWhatTheBinaryRefuses(t *testing.T) {
 		{"watch-gateway", "retention", "history.retention=0m"},
 		{"watch-gateway", "retention", "history.retention=2161h"},
 		{"watch-gateway", "maxEntries", "history.maxEntries=99"},
+		{"job-gc", "url", "archive.enabled=true"},
+		{"job-gc", "url", "archive.url=mysql://db/runs"},
+		{"job-gc", "url", "archive.url=postgres://agentplane:hunter2@db/runs"},
+		{"job-gc", "logLines", "archive.logLines=10001"},
+		{"job-gc", "maxConns", "archive.maxConns=1001"},
 	} {
 		wantRefused(t, h, c.chart, c.field, "--set", c.set)
 	}
 	for _, c := range []struct{ chart, set string }{
 		{"event-emitter", "events.rateLimitPerMin=1"}, {"watch-gateway", "heartbeat=1s"}, {"watch-gateway", "heartbeat=5m"},
 		{"watch-gateway", "console.sessionTTL=168h"}, {"watch-gateway", "history.retention=2160h"},
+		{"job-gc", "archive.enabled=true,archive.url=postgres://agentplane@db:5432/runs?sslmode=verify-full"},
 	} {
 		h.template(t, c.chart, "--set", c.set)
 	}

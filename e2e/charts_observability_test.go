@@ -39,6 +39,7 @@ var alertCases = map[string]alertCase{
 	"AgentplaneWorkflowJobMissing": {series: map[string]string{
 		`agentplane_job_gc_missing_jobs_total{sel, run_namespace="team-a"}`: "0x20 1x10"}, labels: map[string]string{"run_namespace": "team-a"}},
 	"AgentplaneJobResultHeld": {series: map[string]string{`agentplane_job_gc_holds_overdue{sel}`: "3x30"}},
+	"AgentplaneArchiveBehind": {series: map[string]string{`agentplane_job_gc_archive_oldest_pending_seconds{sel}`: "0x10 1000x20"}},
 	"AgentplaneCancelTimedOut": {series: map[string]string{
 		`agentplane_cancel_propagator_cancels_total{sel, kind="OrchestrationRun", outcome="CancelTimedOut"}`: "0x20 1x10"}},
 	"AgentplaneReconcileErrors": {series: map[string]string{

@@ -386,13 +386,21 @@ func (s *Store) List(ctx context.Context, q Query) (Page, error) {
 
 // DeleteFinishedBefore deletes archived runs that finished before cutoff, at most batch of them
 // (oldest first), and returns how many it deleted: call it until it returns fewer than batch.
-func (s *Store) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+// With namespaces, only runs of those namespaces go (an archive shared by several installs, each
+// pruning its own); without, every run does.
+func (s *Store) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batch int, namespaces ...string) (int64, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("batch %d: delete at least one row per batch", batch)
 	}
-	tag, err := s.pool.Exec(ctx, `
+	sql, args := `
 DELETE FROM runs WHERE uid IN (
-	SELECT uid FROM runs WHERE finished_at < $1 ORDER BY finished_at, uid LIMIT $2)`, cutoff, batch)
+	SELECT uid FROM runs WHERE finished_at < $1 ORDER BY finished_at, uid LIMIT $2)`, []any{cutoff, batch}
+	if len(namespaces) > 0 {
+		sql, args = `
+DELETE FROM runs WHERE uid IN (
+	SELECT uid FROM runs WHERE namespace = ANY($3) AND finished_at < $1 ORDER BY finished_at, uid LIMIT $2)`, append(args, namespaces)
+	}
+	tag, err := s.pool.Exec(ctx, sql, args...)
 	if err != nil {
 		return 0, fmt.Errorf("deleting archived runs that finished before %s: %w", cutoff.UTC().Format(time.RFC3339), err)
 	}

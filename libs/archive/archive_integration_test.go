@@ -306,6 +306,37 @@ func TestRowsPastTheArchivesRetentionGoInBatches(t *testing.T) {
 	}
 }
 
+// TestPruningOneInstallsNamespacesLeavesTheOthers: an archive shared by two installs, each
+// pruning its own namespaces, loses only the pruned namespaces' old rows.
+func TestPruningOneInstallsNamespacesLeavesTheOthers(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	old, recent := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	for i, ns := range []string{"team-a", "team-b", "team-c"} {
+		for j, at := range []time.Time{old, recent} {
+			if err := s.Put(ctx, run(fmt.Sprintf("u%d%d", i, j), ns, "r", "", "Succeeded", at)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n, err := s.DeleteFinishedBefore(ctx, recent.Add(-time.Hour), 100, "team-a", "team-c")
+	if err != nil || n != 2 {
+		t.Fatalf("deleted %d (%v), want team-a's and team-c's old rows (2)", n, err)
+	}
+	p, err := s.List(ctx, Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, r := range p.Runs {
+		left = append(left, r.UID)
+	}
+	slices.Sort(left)
+	if !slices.Equal(left, []string{"u01", "u10", "u11", "u21"}) {
+		t.Fatalf("left %v, want team-b's two rows and the recent ones", left)
+	}
+}
+
 // TestNoPasswordInErrors: a wrong password and an unreachable database each say what is wrong,
 // and neither error holds the password.
 func TestNoPasswordInErrors(t *testing.T) {

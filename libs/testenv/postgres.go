@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -204,4 +207,21 @@ func (p *Postgres) Close() error {
 	err := p.Stop()
 	_ = os.RemoveAll(p.dir)
 	return err
+}
+
+// Query runs one SQL statement on the database "postgres" with psql and returns its rows, one
+// per line, columns separated by |: for tests of modules that do not import a PostgreSQL driver.
+func (p *Postgres) Query(ctx context.Context, statement string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", p.User, "-d", "postgres", "-c", statement)
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+p.Password, "PGCONNECT_TIMEOUT=10")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("psql %q: %w: %s", statement, err, tail(string(ee.Stderr), 2000))
+		}
+		return "", fmt.Errorf("psql %q: %w", statement, err)
+	}
+	return strings.TrimRight(string(out), "\n"), nil
 }

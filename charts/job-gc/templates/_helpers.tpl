@@ -19,6 +19,55 @@ The container's own environment, as a YAML list, after what every service and it
   value: {{ .Values.controller.holdWarningSeconds | int64 | quote }}
 - name: JANGAR_JOB_GC_WORKERS
   value: {{ .Values.controller.workers | int | quote }}
+{{- include "job-gc.archiveEnv" . }}
+{{- end }}
+
+{{/*
+The run archive's variables, from archive.* only: the chart grants the rights archiving needs
+(reading Events, pods and their logs) with archive.enabled, so a JANGAR_ARCHIVE_* variable given
+through env.vars or extraEnv, which would turn archiving on without them, is refused.
+*/}}
+{{- define "job-gc.archiveEnv" -}}
+{{- $g := .Values.global | default dict }}
+{{- range $name, $_ := include "agentplane-lib.givenVars" . | fromJson }}
+{{- if hasPrefix "JANGAR_ARCHIVE_" $name }}
+{{- fail (printf "job-gc: %s is set by the archive values (archive.enabled, archive.url, ...), not env.vars: only archive.enabled grants job-gc the rights archiving needs" $name) }}
+{{- end }}
+{{- end }}
+{{- range concat ($g.extraEnv | default list) (.Values.extraEnv | default list) }}
+{{- if hasPrefix "JANGAR_ARCHIVE_" .name }}
+{{- fail (printf "job-gc: %s is set by the archive values (archive.enabled, archive.url, ...), not extraEnv: only archive.enabled grants job-gc the rights archiving needs" .name) }}
+{{- end }}
+{{- end }}
+{{- $a := .Values.archive }}
+{{- if $a.enabled }}
+{{- if not $a.url }}
+{{- fail "job-gc: archive.enabled needs archive.url (postgres://user@host:5432/database; the password from archive.passwordSecretRef)" }}
+{{- end }}
+{{- $url := $a.url }}
+{{- if $a.tls.caSecretRef.name }}
+{{- $sep := ternary "&" "?" (contains "?" $url) }}
+{{- $url = printf "%s%ssslrootcert=/etc/agentplane/archive-ca/%s" $url $sep $a.tls.caSecretRef.key }}
+{{- if not (regexMatch "[?&]sslmode=" $url) }}
+{{- $url = printf "%s&sslmode=verify-full" $url }}
+{{- end }}
+{{- end }}
+- name: JANGAR_ARCHIVE_URL
+  value: {{ $url | quote }}
+{{- if $a.passwordSecretRef.name }}
+- name: JANGAR_ARCHIVE_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $a.passwordSecretRef.name | quote }}
+      key: {{ $a.passwordSecretRef.key | quote }}
+{{- end }}
+- name: JANGAR_ARCHIVE_LOG_LINES
+  value: {{ $a.logLines | int | quote }}
+- name: JANGAR_ARCHIVE_MAX_CONNS
+  value: {{ $a.maxConns | int | quote }}
+- name: JANGAR_ARCHIVE_RETENTION_SECONDS
+  value: {{ $a.retentionSeconds | int64 | quote }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -33,20 +82,52 @@ with rbac.clusterScoped).
   verbs: ["get", "list", "watch", "patch", "delete"]
 # Read whether a Job's AgentRun has recorded its outcome (get: confirm a run is gone), and delete
 # a finished run at the end of its retention. Status goes through status-writer, events through
-# event-emitter: no status or events rights here.
+# event-emitter: no status or events-writing rights here. patch: the run archive's finalizer
+# (a JSON patch of metadata.finalizers), added while archiving is on and released when it is
+# turned off or job-gc is uninstalled (so it is granted with archiving off too).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 # Delete a finished OrchestrationRun (and, above, its step runs and their Jobs) at the end of its
-# retention.
+# retention; patch: the archive's finalizer, as above.
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrationruns"]
-  verbs: ["list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+{{- if .Values.archive.enabled }}
+# The run archive captures what goes soon: a finished run's Events (list, by the run's UID), its
+# Jobs' pods (list, by job-name) and the tails of their logs.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+{{- end }}
 {{- end }}
 
-{{/* Its volumes are its parts' (the service token, the backend TLS Secret: agentplane-lib). */}}
-{{- define "job-gc.volumeMounts" }}{{ end }}
-{{- define "job-gc.volumes" }}{{ end }}
+{{/* Its volumes are its parts' (the service token, the backend TLS Secret: agentplane-lib), and
+the CA of the archive's database when archive.tls.caSecretRef names one. */}}
+{{- define "job-gc.volumeMounts" }}
+            {{- if and .Values.archive.enabled .Values.archive.tls.caSecretRef.name }}
+            - name: archive-ca
+              mountPath: /etc/agentplane/archive-ca
+              readOnly: true
+            {{- end }}
+{{- end }}
+{{- define "job-gc.volumes" }}
+        {{- $ca := .Values.archive.tls.caSecretRef }}
+        {{- if and .Values.archive.enabled $ca.name }}
+        - name: archive-ca
+          secret:
+            secretName: {{ $ca.name | quote }}
+            items:
+              - key: {{ $ca.key | quote }}
+                path: {{ $ca.key | quote }}
+        {{- end }}
+{{- end }}
 
 {{/*
 This service's own alerts (agentplane-lib.alertRules adds them to its PrometheusRule); .sel is
@@ -71,6 +152,15 @@ the release's series selector, .runbook the runbook base URL.
     summary: "Jobs held by the job-result finalizer past their warning time"
     description: "job-gc keeps finished or deleted Jobs whose outcome their AgentRun has not recorded longer than JANGAR_JOB_GC_HOLD_WARNING_SECONDS; they are not removed (and block namespace deletion) until it is."
     runbook_url: {{ printf "%s#agentplanejobresultheld" .runbook | quote }}
+- alert: AgentplaneArchiveBehind
+  expr: {{ printf "max by (namespace, job) (agentplane_job_gc_archive_oldest_pending_seconds{%s}) > 900" .sel | quote }}
+  for: 5m
+  labels:
+    severity: warning
+  annotations:
+    summary: "Finished runs wait for the run archive"
+    description: "A finished run has waited more than 15 minutes to be written to the run archive (the database unreachable or refusing); its retention, its deletion by hand and its Jobs' release wait for it: nothing is deleted unarchived."
+    runbook_url: {{ printf "%s#agentplanearchivebehind" .runbook | quote }}
 {{- end }}
 
 {{/*
@@ -93,6 +183,14 @@ release's series selector.
 - title: "Deletions/s by kind"
   expr: {{ printf "sum by (kind) (rate(agentplane_job_gc_deletions_total{%s}[5m]))" .sel | quote }}
   legend: {{ "{{kind}}" | quote }}
+  unit: reqps
+- title: "Runs waiting for the archive"
+  expr: {{ printf "max(agentplane_job_gc_archive_pending_runs{%s})" .sel | quote }}
+  legend: {{ "pending" | quote }}
+  unit: short
+- title: "Archive writes/s by result"
+  expr: {{ printf "sum by (result) (rate(agentplane_job_gc_archive_writes_total{%s}[5m]))" .sel | quote }}
+  legend: {{ "{{result}}" | quote }}
   unit: reqps
 - title: "Overdue holds"
   expr: {{ printf "max(agentplane_job_gc_holds_overdue{%s})" .sel | quote }}

@@ -398,3 +398,67 @@ func (a *Archiver) logTails(ctx context.Context, p *corev1.Pod) []archive.StepLo
 	}
 	return out
 }
+
+// ReleaseAll removes the archive finalizer from every AgentRun and OrchestrationRun in namespace,
+// calling released for each run it released: what `job-gc release-holds` does when job-gc is
+// uninstalled (nothing would release them after). A run whose finalizers changed since it was
+// listed is read again (up to three times); one gone is skipped.
+func ReleaseAll(ctx context.Context, client versioned.Interface, namespace string, released func(kind, name string)) (int, error) {
+	a := &Archiver{Client: client}
+	n := 0
+	type held struct {
+		kind, name string
+		have       []string
+	}
+	var runs []held
+	ars, err := client.AgentsV1alpha1().AgentRuns(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list AgentRuns: %w", err)
+	}
+	for _, ar := range ars.Items {
+		if slices.Contains(ar.Finalizers, Finalizer) {
+			runs = append(runs, held{"AgentRun", ar.Name, ar.Finalizers})
+		}
+	}
+	ors, err := client.OrchestrationV1alpha1().OrchestrationRuns(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list OrchestrationRuns: %w", err)
+	}
+	for _, or := range ors.Items {
+		if slices.Contains(or.Finalizers, Finalizer) {
+			runs = append(runs, held{"OrchestrationRun", or.Name, or.Finalizers})
+		}
+	}
+	for _, r := range runs {
+		have := r.have
+		for attempt := 0; ; attempt++ {
+			err := a.release(ctx, r.kind, namespace, r.name, have)
+			if err == nil {
+				n++
+				released(r.kind, r.name)
+				break
+			}
+			if !controller.IsWaiting(err) || attempt >= 3 {
+				return n, fmt.Errorf("%w (%d released so far)", err, n)
+			}
+			// The finalizers changed since the list: read them again.
+			var meta metav1.Object
+			var gerr error
+			if r.kind == "AgentRun" {
+				meta, gerr = client.AgentsV1alpha1().AgentRuns(namespace).Get(ctx, r.name, metav1.GetOptions{})
+			} else {
+				meta, gerr = client.OrchestrationV1alpha1().OrchestrationRuns(namespace).Get(ctx, r.name, metav1.GetOptions{})
+			}
+			if apierrors.IsNotFound(gerr) {
+				break
+			}
+			if gerr != nil {
+				return n, fmt.Errorf("read %s %s/%s again: %w (%d released so far)", r.kind, namespace, r.name, gerr, n)
+			}
+			if have = meta.GetFinalizers(); !slices.Contains(have, Finalizer) {
+				break
+			}
+		}
+	}
+	return n, nil
+}

@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
@@ -53,6 +54,14 @@ func (l *lazyStore) Has(ctx context.Context, uid string) (bool, error) {
 	return s.Has(ctx, uid)
 }
 
+func (l *lazyStore) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batch int, namespaces ...string) (int64, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.DeleteFinishedBefore(ctx, cutoff, batch, namespaces...)
+}
+
 // Close releases the pool, if one was opened.
 func (l *lazyStore) Close() {
 	l.mu.Lock()
@@ -86,10 +95,16 @@ func newArchiver(g *GC, cfg Config, d Deps) *archiver.Archiver {
 	}
 }
 
-func registerArchiveMetrics(r prometheus.Registerer, a *archiver.Archiver) {
+func registerArchiveMetrics(r prometheus.Registerer, a *archiver.Archiver, p *archivePruner, retention time.Duration) {
 	a.Writes.WithLabelValues("ok")
 	a.Writes.WithLabelValues("error")
+	if p != nil {
+		r.MustRegister(p.deleted, p.failures)
+	}
 	r.MustRegister(a.Writes, a.Seconds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentplane_job_gc_archive_retention_seconds", Help: "How long an archived run is kept from when it finished (JANGAR_ARCHIVE_RETENTION_SECONDS; 0: kept).",
+		}, func() float64 { return retention.Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "agentplane_job_gc_archive_pending_runs", Help: "Finished runs not yet in the run archive (their retention and their Jobs' release wait for it).",
 		}, func() float64 { n, _ := a.Behind(); return float64(n) }),

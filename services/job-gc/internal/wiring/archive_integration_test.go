@@ -21,6 +21,7 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/archive"
+	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/testenv"
 )
@@ -380,4 +381,98 @@ func TestAnOrchestrationRunIsArchivedWithItsStepsBeforeItGoes(t *testing.T) {
 	if s, err := store.Get(context.Background(), string(step.UID)); err != nil || s.Kind != "AgentRun" || s.Phase != "Succeeded" {
 		t.Errorf("the step run archived: %+v %v", s.Summary, err)
 	}
+}
+
+// TestArchivedRunsPastTheArchivesRetentionAreDeleted: with JANGAR_ARCHIVE_RETENTION_SECONDS set,
+// job-gc deletes the archived rows of its namespaces' runs that finished longer ago than that,
+// in batches (more rows than one batch), and keeps the newer ones and other namespaces' rows.
+func TestArchivedRunsPastTheArchivesRetentionAreDeleted(t *testing.T) {
+	c, s := archiveFor(t)
+	ctx := context.Background()
+	now := time.Now()
+	put := func(uid, ns string, finished time.Time) {
+		t.Helper()
+		if err := s.Put(ctx, archive.Record{Summary: archive.Summary{UID: uid, Kind: "AgentRun", Namespace: ns, Name: uid, Phase: "Succeeded",
+			CreatedAt: finished.Add(-time.Minute), FinishedAt: finished}, Object: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := defaults()
+	cfg.ArchiveRetention, cfg.ArchivePruneEvery = 24*time.Hour, 200*time.Millisecond
+	f := startWith(t, cfg, withArchive(c))
+	const old = pruneBatch + 150
+	for i := range old {
+		put(fmt.Sprintf("old-%04d", i), f.ns, now.Add(-48*time.Hour-time.Duration(i)*time.Second))
+	}
+	put("recent", f.ns, now.Add(-time.Hour))
+	put("elsewhere-old", "another-install", now.Add(-72*time.Hour))
+	count := func() (mine, others int) {
+		sql(t, fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", pg.User, pg.Password, pg.Addr, dbOf(c)),
+			fmt.Sprintf("SELECT count(*) FILTER (WHERE namespace = '%s'), count(*) FILTER (WHERE namespace <> '%s') FROM runs", f.ns, f.ns), &mine, &others)
+		return mine, others
+	}
+	testenv.Eventually(t, 60*time.Second, "the old rows of the namespace deleted", func() error {
+		if mine, others := count(); mine != 1 || others != 1 {
+			return fmt.Errorf("%d rows of %s left (want 1: the recent one), %d of other namespaces (want 1)", mine, f.ns, others)
+		}
+		return nil
+	})
+	if _, err := s.Get(ctx, "recent"); err != nil {
+		t.Errorf("the recent row: %v", err)
+	}
+}
+
+// TestReleaseHoldsFreesJobsAndArchiveHolds: `job-gc release-holds` (the chart's uninstall hook)
+// releases, once job-gc is gone, the job-result hold of every Job and the archive's finalizer of
+// every AgentRun and OrchestrationRun of its namespaces, saying what it released; the runs can
+// then be deleted.
+func TestReleaseHoldsFreesJobsAndArchiveHolds(t *testing.T) {
+	c, _ := archiveFor(t)
+	f := startWith(t, defaults(), withArchive(c))
+	ctx := context.Background()
+	orc, err := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	or := &orchv1alpha1.OrchestrationRun{TypeMeta: metav1.TypeMeta{APIVersion: orchv1alpha1.GroupVersion.String(), Kind: "OrchestrationRun"},
+		ObjectMeta: metav1.ObjectMeta{Name: "or", Namespace: f.ns},
+		Spec:       orchv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchv1alpha1.NameRef{Name: "review"}}}
+	if err := orc.Post().Namespace(f.ns).Resource("orchestrationruns").Body(or).Do(ctx).Into(or); err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.run("a", nil), f.run("b", nil)
+	f.job("a-job", a, nil)
+	testenv.Eventually(t, 20*time.Second, "every run held by the archive's finalizer", func() error {
+		for _, name := range []string{"a", "b"} {
+			if held, err := f.held(name); err != nil || !held {
+				return fmt.Errorf("run %s not held (%v)", name, err)
+			}
+		}
+		cur := &orchv1alpha1.OrchestrationRun{}
+		if err := orc.Get().Namespace(f.ns).Resource("orchestrationruns").Name("or").Do(ctx).Into(cur); err != nil || !slices.Contains(cur.Finalizers, agentsv1alpha1.FinalizerArchive) {
+			return fmt.Errorf("the OrchestrationRun not held (%v): %v", err, cur.Finalizers)
+		}
+		return nil
+	})
+	f.stop() // job-gc gone, as after helm uninstall
+	var out, errOut strings.Builder
+	code := ReleaseHolds(ctx, config.FromMap(map[string]string{"KUBECONFIG": env.Kubeconfig, "JANGAR_AGENTS_CONTROLLER_NAMESPACES": f.ns}), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{"released job/a-job -n " + f.ns, "released agentrun/a -n " + f.ns + " (archive)", "released agentrun/b -n " + f.ns + " (archive)",
+		"released orchestrationrun/or -n " + f.ns + " (archive)", "1 job-result hold(s) and 3 archive finalizer(s) released"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := f.rc.Delete().Namespace(f.ns).Resource("agentruns").Name(b.Name).Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the released run deleted at once", func() error {
+		if _, err := f.getRun("b"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("run b: %v", err)
+		}
+		return nil
+	})
 }

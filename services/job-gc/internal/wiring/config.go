@@ -35,6 +35,12 @@ type Config struct {
 	// ArchiveLogLines is how many lines of each container's log a run's archive record keeps:
 	// JANGAR_ARCHIVE_LOG_LINES (0: logs are not read).
 	ArchiveLogLines int
+	// ArchiveRetention is how long an archived run is kept (from when it finished) before job-gc
+	// deletes its row: JANGAR_ARCHIVE_RETENTION_SECONDS (0: archived runs are kept).
+	ArchiveRetention time.Duration
+	// ArchivePruneEvery is how often the archive's retention runs (DefaultArchivePruneEvery when
+	// 0); the tests shorten it.
+	ArchivePruneEvery time.Duration
 }
 
 // The variables, by name.
@@ -45,6 +51,7 @@ const (
 	EnvHoldWarning   = "JANGAR_JOB_GC_HOLD_WARNING_SECONDS"
 	EnvWorkers       = "JANGAR_JOB_GC_WORKERS"
 	EnvArchiveLogs   = "JANGAR_ARCHIVE_LOG_LINES"
+	EnvArchiveKeep   = "JANGAR_ARCHIVE_RETENTION_SECONDS"
 )
 
 // Defaults: 30 days of retention (the seed's cluster value), a minute of grace, an hour of hold.
@@ -52,6 +59,10 @@ const (
 	DefaultRetention    = 30 * 24 * time.Hour
 	DefaultMissingGrace = time.Minute
 	DefaultHoldWarning  = time.Hour
+	// DefaultArchiveRetention keeps archived runs 90 days; DefaultArchivePruneEvery is how often
+	// the rows past it are deleted.
+	DefaultArchiveRetention  = 90 * 24 * time.Hour
+	DefaultArchivePruneEvery = 10 * time.Minute
 )
 
 // LoadConfig reads job-gc's settings; every bad value is reported at once, by name. namespaces
@@ -75,6 +86,7 @@ func LoadConfig(env *config.Env, namespaces []string) (Config, error) {
 		Archive:         archive.LoadConfig(env),
 		ArchiveLogLines: env.Int(EnvArchiveLogs, 100),
 	}
+	c.ArchiveRetention = seconds(EnvArchiveKeep, DefaultArchiveRetention, 0)
 	if c.ArchiveLogLines < 0 || c.ArchiveLogLines > 10000 {
 		env.Fail(EnvArchiveLogs, fmt.Sprint(c.ArchiveLogLines), "between 0 (no logs) and 10000")
 	}

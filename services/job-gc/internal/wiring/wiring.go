@@ -11,6 +11,7 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,7 @@ type GC struct {
 	run        *agentrun.Reconciler
 	orch       *orchestrationrun.Reconciler
 	archive    *archiver.Archiver // without a Store: archiving is off
+	prune      *archivePruner     // the archive's retention; nil: archived runs are kept
 }
 
 // New builds job-gc for cfg.Namespaces.
@@ -120,8 +122,11 @@ func New(cfg Config, d Deps) (*GC, error) {
 	for _, kind := range []string{"Job", "AgentRun", "OrchestrationRun"} { // dashboards show 0 rather than no data
 		deletions.WithLabelValues(kind)
 	}
+	if p, ok := d.Archive.(pruner); ok && cfg.ArchiveRetention > 0 {
+		g.prune = newArchivePruner(p, cfg, d.Now)
+	}
 	if r := d.Registry; r != nil && d.Archive != nil {
-		registerArchiveMetrics(r, g.archive)
+		registerArchiveMetrics(r, g.archive, g.prune, cfg.ArchiveRetention)
 	}
 	if r := d.Registry; r != nil {
 		r.MustRegister(released, deletions, missing, failed,
@@ -187,9 +192,19 @@ func (g *GC) Run(ctx context.Context) error {
 			}
 		}))
 	}
+	// The archive's retention runs beside the controller, under the same leadership, and has
+	// stopped when Run returns.
+	ctx, stop := context.WithCancel(ctx)
+	var pruning sync.WaitGroup
+	defer pruning.Wait()
+	defer stop()
+	if g.prune != nil {
+		pruning.Go(func() { g.prune.run(ctx) })
+	}
 	return g.ctl.Run(ctx, func(ctx context.Context) {
 		logging.FromContext(ctx).Info("caches synced; guarding Job results", "namespaces", g.cfg.Namespaces,
-			"retention", g.cfg.Retention, "orchestrationRunRetention", g.cfg.OrchRetention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning)
+			"retention", g.cfg.Retention, "orchestrationRunRetention", g.cfg.OrchRetention, "missingJobGrace", g.cfg.MissingGrace, "holdWarning", g.cfg.HoldWarning,
+			"archiveRetention", g.cfg.ArchiveRetention)
 	})
 }
 
