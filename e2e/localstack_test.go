@@ -133,6 +133,29 @@ func TestLocalControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("job-gc archives a finished run in make up's PostgreSQL before a deletion by hand", func(t *testing.T) {
+		if out, err := kubectl("get", "agentrun", "fails-on-purpose", "-o", "jsonpath={.metadata.finalizers}"); err != nil || !strings.Contains(out, "agents.proompteng.ai/archive") {
+			t.Fatalf("the run lacks the archive's finalizer: %q %v", out, err)
+		}
+		uid, _ := kubectl("get", "agentrun", "fails-on-purpose", "-o", "jsonpath={.metadata.uid}")
+		if out, err := kubectl("delete", "agentrun", "fails-on-purpose", "--timeout", "60s"); err != nil {
+			t.Fatalf("delete: %v\n%s", err, out)
+		}
+		bin, err := testenv.PostgresBin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := run(ctx, t, nil, filepath.Join(bin, "psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", fmt.Sprint(15432+offset), "-U", "agentplane", "-d", "agentplane",
+			"-c", "SELECT name, phase, record->'object'->'status'->>'reason', jsonb_array_length(record->'jobs') FROM runs WHERE uid = '"+uid+"'")
+		if err != nil || strings.TrimSpace(out) != "fails-on-purpose|Failed|BackoffLimitExceeded|1" {
+			t.Fatalf("the archived row: %q (%v), want fails-on-purpose|Failed|BackoffLimitExceeded|1", out, err)
+		}
+		metrics, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", servicePorts["job-gc"][1]+offset))
+		if err != nil || !strings.Contains(metrics, `agentplane_job_gc_archive_writes_total{result="ok"}`) {
+			t.Errorf("job-gc's archive metrics (%v):\n%s", err, grepLines(metrics, "agentplane_job_gc_archive"))
+		}
+	})
+
 	t.Run("a run annotated simulate-duration stays Running", func(t *testing.T) {
 		manifest := `{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"long","annotations":{"agentplane.dev/simulate-duration":"600s"}},"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`
 		if out, err := kubectlStdin(ctx, t, kubectlBin, kubeconfig, manifest); err != nil {

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages agentplane needs, for one purpose:
-#   up       make up: redis-server (Redis for event-emitter and watch-gateway), openssl (keys for
-#            the local kube-apiserver), curl, ca-certificates (the CA bundle images carry)
+#   up       make up: redis-server (Redis for event-emitter and watch-gateway), postgresql (the
+#            run archive job-gc writes to), openssl (keys for the local kube-apiserver), curl,
+#            ca-certificates (the CA bundle images carry)
 #   cluster  make cluster-up: up's, and the node's: the CNI plugins (containernetworking-plugins),
 #            iptables (kube-proxy), ipset and conntrack, util-linux's nsenter, iproute2
 #   test     make test: cluster's, and gcc (the race detector needs cgo), jq (the README reads
 #            Jaeger's API with it), chromium (the web console's browser test) and graphviz
 #            (make generate renders docs/overview.svg; CI checks it is current), yamllint and git
-#            (ct lint, the charts' lint), postgresql (the server and psql, which libs/testenv's
-#            StartPostgres runs for the run archive's tests)
+#            (ct lint, the charts' lint)
 # containerd and runc come with the Docker engine the tests already need.
 set -euo pipefail
 purpose=${1:-test}
@@ -26,6 +26,9 @@ want redis-server redis-server
 want openssl openssl
 want curl curl
 want /etc/ssl/certs/ca-certificates.crt ca-certificates
+want psql postgresql
+# The server, not only the client psql: Debian keeps it off PATH.
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || command -v postgres >/dev/null 2>&1 || need+=(postgresql)
 case $purpose in
   up) ;;
   cluster | test)
@@ -43,9 +46,6 @@ case $purpose in
     want dot graphviz
     want yamllint yamllint
     want git git
-    want psql postgresql
-    # The server, not only the client psql: Debian keeps it off PATH.
-    compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || command -v postgres >/dev/null 2>&1 || need+=(postgresql)
     ;;
   cluster) ;;
   *) echo "usage: hack/deps.sh up|cluster|test" >&2; exit 2 ;;

@@ -22,6 +22,7 @@ KCM_PORT=$(port KCM 20257)
 SCHEDULER_PORT=$(port SCHEDULER 20259)
 KWOK_PORT=$(port KWOK 20247)
 REDIS_PORT=$(port REDIS 16379)
+POSTGRES_PORT=$(port POSTGRES 15432)
 WATCH_HTTP_PORT=$(port WATCH_GATEWAY_HTTP 18101)
 JAEGER_OTLP_GRPC_PORT=$(port JAEGER_OTLP_GRPC 14317)
 JAEGER_OTLP_HTTP_PORT=$(port JAEGER_OTLP_HTTP 14318)
@@ -38,7 +39,7 @@ run-controller $(port RUN_CONTROLLER_GRPC 50056) $(port RUN_CONTROLLER_METRICS 9
 watch-gateway $(port WATCH_GATEWAY_GRPC 50051) $(port WATCH_GATEWAY_METRICS 9101)"
 
 # Components in start order; down.sh stops them in reverse.
-COMPONENTS="jaeger etcd kube-apiserver kube-controller-manager kube-scheduler kwok redis $(echo "$SERVICE_TABLE" | awk '{printf "%s ", $1}')"
+COMPONENTS="jaeger etcd kube-apiserver kube-controller-manager kube-scheduler kwok redis postgres $(echo "$SERVICE_TABLE" | awk '{printf "%s ", $1}')"
 
 # alive PID: running, and not a zombie waiting for its new parent to reap it.
 alive() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a real local control plane as plain processes, with no cluster and no Docker:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (one fake node that runs
-# Pods and completes Job pods), redis-server, every agentplane service, and Jaeger when
+# Pods and completes Job pods), redis-server, PostgreSQL (job-gc's run archive), every agentplane
+# service, and Jaeger when
 # `make tools-jaeger` has built it. Running it again starts only what is not running. `make up`
 # calls it with the tool paths; `make down` undoes it.
 #
@@ -29,6 +30,10 @@ for bin in "$ETCD" "$KUBE_DIR/kube-apiserver" "$KUBE_DIR/kube-controller-manager
 done
 ls "$KWOK_STAGES"/*.yaml >/dev/null 2>&1 || die "kwok stages missing in $KWOK_STAGES: run 'make tools'"
 command -v redis-server >/dev/null || die "redis-server is missing: run 'make deps'"
+# Debian keeps PostgreSQL's server off PATH, under /usr/lib/postgresql/<version>/bin.
+PG_BIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -n 1)")
+[ -x "$PG_BIN/postgres" ] || PG_BIN=$(dirname "$(command -v postgres 2>/dev/null || echo /nonexistent/postgres)")
+[ -x "$PG_BIN/postgres" ] || die "PostgreSQL is missing: run 'make deps' (Debian's postgresql package)"
 command -v openssl >/dev/null || die "openssl is missing: run 'make deps'"
 command -v curl >/dev/null || die "curl is missing: run 'make deps'"
 CONTROL_PLANE_ONLY=${AGENTPLANE_CONTROL_PLANE_ONLY:-0}
@@ -340,6 +345,7 @@ svc_auth() {
 svc_env() {
   case $1 in
     run-controller) echo "JANGAR_AGENT_IMAGE=${AGENTPLANE_AGENT_IMAGE:-agentplane/agent:dev}" ;;
+    job-gc) echo "JANGAR_ARCHIVE_URL=$ARCHIVE_URL" ;;
   esac
 }
 
@@ -352,6 +358,33 @@ fi
 echo ">> redis and services"
 start redis "$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$LOCAL_DIR"
 wait_for redis 15 port_taken "$REDIS_PORT"
+
+# PostgreSQL for job-gc's run archive (docs/archive.md), from Debian's package as Redis is, its
+# data in $LOCAL_DIR/postgres (kept by make down, like etcd's). PostgreSQL refuses to run as
+# root: as root, initdb and the server run as the postgres user inside a user namespace of their
+# own (unshare maps that user to root outside), so they own the data directory wherever
+# LOCAL_DIR is, even below a directory only root may enter. TCP on loopback only (no Unix
+# socket), trust authentication, as the local Redis has no password.
+PG_DATA=$LOCAL_DIR/postgres
+as_pg=()
+if [ "$(id -u)" = 0 ]; then
+  pg_uid=$(id -u postgres 2>/dev/null) || die "no postgres user to run PostgreSQL as (Debian's postgresql package makes one): run 'make deps'"
+  as_pg=(unshare --user --map-user="$pg_uid" --map-group="$(id -g postgres)")
+fi
+if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+  rm -rf "$PG_DATA" && mkdir -p "$PG_DATA" && chmod 700 "$PG_DATA"
+  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DATA" -U agentplane --auth=trust --encoding=UTF8 --no-sync >>"$LOG_DIR/postgres.log" 2>&1 ||
+    { tail -n 20 "$LOG_DIR/postgres.log" >&2; die "initdb failed; its log is $LOG_DIR/postgres.log"; }
+fi
+start postgres "$POSTGRES_PORT" "${as_pg[@]}" "$PG_BIN/postgres" -D "$PG_DATA" -p "$POSTGRES_PORT" \
+  -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=50
+pg_ready() { "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane -d postgres -c 'SELECT 1'; }
+wait_for postgres 30 pg_ready
+if ! "$PG_BIN/psql" -X -A -t -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane -d postgres \
+  -c "SELECT 1 FROM pg_database WHERE datname = 'agentplane'" | grep -qx 1; then
+  "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane -d postgres -c 'CREATE DATABASE agentplane' >/dev/null
+fi
+ARCHIVE_URL="postgres://agentplane@127.0.0.1:$POSTGRES_PORT/agentplane?sslmode=disable"
 
 # watch-gateway follows every service's grpc.health.v1 (no Deployments to discover them by here).
 targets=$(echo "$SERVICE_TABLE" | awk '{printf "%s%s=127.0.0.1:%s", (NR>1?",":""), $1, $2}')
@@ -376,6 +409,7 @@ agentplane is up (state in $LOCAL_DIR).
   kubectl get nodes
   kubectl apply -f examples/agentrun.yaml && kubectl get agentrun
   agentctl version
+Run archive (job-gc writes every finished run to it): PostgreSQL at $ARCHIVE_URL
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
 Web console (health, runs, a run's steps and Cancel, status history): http://localhost:$WATCH_HTTP_PORT/

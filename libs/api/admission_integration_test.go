@@ -431,3 +431,63 @@ func TestOnlyUpdateMayChangeARunsMetadata(t *testing.T) {
 		}
 	})
 }
+
+// TestTheArchiveVerbMayChangeOnlyTheArchiveFinalizer: a caller with patch and the verb archive on
+// runs (job-gc's Role) may add and remove the run archive's finalizer, and nothing else in the
+// metadata (another finalizer, a label) nor the archive's finalizer together with another one;
+// patch alone may not add it.
+func TestTheArchiveVerbMayChangeOnlyTheArchiveFinalizer(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	grant(t, ns, "archiver", rule("agents.proompteng.ai", "agentruns", nil, "get", "patch", "archive"),
+		rule("orchestration.proompteng.ai", "orchestrationruns", nil, "get", "patch", "archive"))
+	grant(t, ns, "patcher", rule("agents.proompteng.ai", "agentruns", nil, "get", "patch"))
+	archiver, patcher := impersonate(t, "archiver"), impersonate(t, "patcher")
+	ar := sampleRun(ns, "held")
+	or := &orchestrationv1alpha1.OrchestrationRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "or"},
+		Spec: orchestrationv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchestrationv1alpha1.NameRef{Name: "pipeline"}}}
+	for _, o := range []client.Object{ar, or} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merge := func(who client.Client, o client.Object, patch string) error {
+		return who.Patch(ctx, o.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	const hold = `{"metadata":{"finalizers":["agents.proompteng.ai/archive"]}}`
+	// The policy is in place once the patch-only caller's hold is refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := merge(patcher, ar, hold)
+		if err != nil && strings.Contains(err.Error(), "metadata.finalizers") {
+			break
+		}
+		if err == nil {
+			_ = merge(c, ar, `{"metadata":{"finalizers":null}}`)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a patch-only caller's archive finalizer was never refused: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, o := range []client.Object{ar, or} {
+		if err := merge(archiver, o, hold); err != nil {
+			t.Errorf("%s: holding with the verb archive refused: %v", o.GetName(), err)
+		}
+	}
+	for _, tc := range []struct{ name, patch, fields string }{
+		{"another finalizer", `{"metadata":{"finalizers":["agents.proompteng.ai/archive","example.com/stay"]}}`, "metadata.finalizers"},
+		{"the archive's finalizer swapped for another", `{"metadata":{"finalizers":["example.com/stay"]}}`, "metadata.finalizers"},
+		{"a label", `{"metadata":{"labels":{"team":"x"}}}`, "metadata.labels"},
+		{"a label beside the finalizer's removal", `{"metadata":{"labels":{"team":"x"},"finalizers":null}}`, "metadata.labels, metadata.finalizers"},
+	} {
+		if err := merge(archiver, ar, tc.patch); err == nil || !strings.Contains(err.Error(), "archiver may not change the "+tc.fields) {
+			t.Errorf("the verb archive changing %s: %v, want a refusal naming %s", tc.name, err, tc.fields)
+		}
+	}
+	for _, o := range []client.Object{ar, or} {
+		if err := merge(archiver, o, `{"metadata":{"finalizers":null}}`); err != nil {
+			t.Errorf("%s: releasing with the verb archive refused: %v", o.GetName(), err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +17,15 @@ import (
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+// TestMain stops the package's PostgreSQL (a process of its own, which would outlive the test
+// binary) once every test has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pg != nil {
+		_ = pg.Close()
+	}
+	os.Exit(testenv.NoLeaks(code))
+}
 
 // postgres is one server for the package's tests, each on a database of its own.
 var (

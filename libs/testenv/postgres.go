@@ -38,10 +38,14 @@ type Postgres struct {
 	starts int
 }
 
-// PostgresBin is the folder of PostgreSQL's server programs: postgres on PATH, or the newest of
-// Debian's /usr/lib/postgresql/<version>/bin.
+// PostgresBin is the folder of PostgreSQL's server programs (and psql beside them): that of
+// postgres on PATH, followed through symbolic links (a link in /usr/local/bin to Debian's), or the
+// newest of Debian's /usr/lib/postgresql/<version>/bin.
 func PostgresBin() (string, error) {
 	if p, err := exec.LookPath("postgres"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		return filepath.Dir(p), nil
 	}
 	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")

@@ -82,17 +82,19 @@ with rbac.clusterScoped).
   verbs: ["get", "list", "watch", "patch", "delete"]
 # Read whether a Job's AgentRun has recorded its outcome (get: confirm a run is gone), and delete
 # a finished run at the end of its retention. Status goes through status-writer, events through
-# event-emitter: no status or events-writing rights here. patch: the run archive's finalizer
-# (a JSON patch of metadata.finalizers), added while archiving is on and released when it is
-# turned off or job-gc is uninstalled (so it is granted with archiving off too).
+# event-emitter: no status or events-writing rights here. patch and archive: the run archive's
+# finalizer (a JSON patch of metadata.finalizers; the admission policy agentplane-run-metadata
+# lets a caller without update change that finalizer and nothing else when it has the verb
+# archive), added while archiving is on and released when it is turned off or job-gc is
+# uninstalled (so both are granted with archiving off too).
 - apiGroups: ["agents.proompteng.ai"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "archive", "delete"]
 # Delete a finished OrchestrationRun (and, above, its step runs and their Jobs) at the end of its
-# retention; patch: the archive's finalizer, as above.
+# retention; patch and archive: the archive's finalizer, as above.
 - apiGroups: ["orchestration.proompteng.ai"]
   resources: ["orchestrationruns"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "archive", "delete"]
 {{- if .Values.archive.enabled }}
 # The run archive captures what goes soon: a finished run's Events (list, by the run's UID), its
 # Jobs' pods (list, by job-name) and the tails of their logs.

@@ -444,7 +444,7 @@ func TestReleaseHoldsFreesJobsAndArchiveHolds(t *testing.T) {
 	f.job("a-job", a, nil)
 	testenv.Eventually(t, 20*time.Second, "every run held by the archive's finalizer", func() error {
 		for _, name := range []string{"a", "b"} {
-			if held, err := f.held(name); err != nil || !held {
+			if held, err := f.held(name); err != nil || !held { //nolint:contextcheck // the fixture reads with its own background context
 				return fmt.Errorf("run %s not held (%v)", name, err)
 			}
 		}
