@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,10 @@ var (
 	pgErr  error
 )
 
-func server(t *testing.T) *testenv.Postgres {
+// dbs numbers the tests' databases (a test may open more than one).
+var dbs atomic.Int64
+
+func server(t testing.TB) *testenv.Postgres {
 	t.Helper()
 	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
 	if pgErr != nil {
@@ -44,7 +48,7 @@ func server(t *testing.T) *testenv.Postgres {
 }
 
 // open gives a test a Store on an empty database of its own.
-func open(t *testing.T) (*Store, Config) {
+func open(t testing.TB) (*Store, Config) {
 	t.Helper()
 	p := server(t)
 	ctx := context.Background()
@@ -52,7 +56,7 @@ func open(t *testing.T) (*Store, Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	db := fmt.Sprintf("%s_%d", strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())), dbs.Add(1))
 	if _, err := admin.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
 		t.Fatal(err)
 	}
@@ -396,5 +400,40 @@ func TestAWriteWhileTheDatabaseIsDownFailsAndTheNextSucceeds(t *testing.T) {
 		if ok, err := s.Has(ctx, uid); err != nil || !ok {
 			t.Fatalf("run %s archived: %v %v", uid, ok, err)
 		}
+	}
+}
+
+// TestTLSToTheDatabaseIsVerified: with sslmode=verify-full and sslrootcert (what the chart's
+// archive.tls.caSecretRef sets), the archive connects over TLS to a server whose certificate the
+// CA signed, and refuses one signed by another CA, saying so, without the password in the error.
+func TestTLSToTheDatabaseIsVerified(t *testing.T) {
+	p, err := testenv.StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	pki := testenv.NewPKI(t, "archive")
+	if err := p.ServeTLS(pki.CertFile, pki.KeyFile); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, host := range []string{p.Addr, strings.Replace(p.Addr, "127.0.0.1", "localhost", 1)} {
+		s, err := Open(ctx, Config{URL: fmt.Sprintf("postgres://%s@%s/postgres?sslmode=verify-full&sslrootcert=%s", p.User, host, pki.CAFile), Password: p.Password})
+		if err != nil {
+			t.Fatalf("%s over verified TLS: %v", host, err)
+		}
+		var ssl bool
+		if err := s.pool.QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || !ssl {
+			t.Errorf("%s: the connection is not TLS (%v, %v)", host, ssl, err)
+		}
+		if err := s.Put(ctx, run("tls-"+host, "team-a", "r", "", "Succeeded", time.Now())); err != nil {
+			t.Errorf("%s: a write over TLS: %v", host, err)
+		}
+		s.Close()
+	}
+	other := testenv.NewPKI(t, "someone else")
+	_, err = Open(ctx, Config{URL: fmt.Sprintf("postgres://%s@%s/postgres?sslmode=verify-full&sslrootcert=%s&connect_timeout=5", p.User, p.Addr, other.CAFile), Password: p.Password})
+	if err == nil || !strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), p.Password) {
+		t.Fatalf("a server certificate another CA signed: %v, want a refusal naming the certificate, without the password", err)
 	}
 }

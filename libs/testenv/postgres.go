@@ -36,6 +36,8 @@ type Postgres struct {
 	cmd      *exec.Cmd
 	// starts counts the times the log said the server was ready (the log is appended to).
 	starts int
+	// tls are the server's settings for TLS (ServeTLS), none for plaintext only.
+	tls []string
 }
 
 // PostgresBin is the folder of PostgreSQL's server programs (and psql beside them): that of
@@ -154,6 +156,7 @@ func (p *Postgres) Start() error {
 	cmd := p.command(filepath.Join(p.bin, "postgres"), "-D", p.data(), "-p", strconv.Itoa(p.port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.dir,
 		"-c", "fsync=off")
+	cmd.Args = append(cmd.Args, p.tls...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
@@ -204,6 +207,32 @@ func (p *Postgres) Stop() error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
+}
+
+// ServeTLS restarts the server with TLS on, presenting the certificate and key in certFile and
+// keyFile (PEM; copied into the server's directory, readable by its user only). Plaintext
+// connections are still accepted: what a client asks for (sslmode) decides.
+func (p *Postgres) ServeTLS(certFile, keyFile string) error {
+	for _, f := range []struct{ from, to string }{{certFile, "server.crt"}, {keyFile, "server.key"}} {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(p.dir, f.to)
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			return err
+		}
+		if p.cred != nil {
+			if err := os.Chown(to, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+				return err
+			}
+		}
+	}
+	p.tls = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + filepath.Join(p.dir, "server.crt"), "-c", "ssl_key_file=" + filepath.Join(p.dir, "server.key")}
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	return p.Start()
 }
 
 // Close stops the server and removes its directory.
