@@ -34,6 +34,7 @@ var patternEdges = map[string][]string{
 	`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`:                                               {"0s", "1ms", "0.5s"},
 	`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`:                                      {"0s", "1ns", "1h"},
 	`^(rediss?://[^@/]+(/[0-9]+)?)?$`:                                                {"", "rediss://127.0.0.1:1/15"},
+	`^$|^postgres(ql)?://[^/?#]+`:                                                    {"", "postgresql://agentplane@127.0.0.1:1/agentplane?sslmode=verify-full"},
 	`^.+:[0-9]{1,5}$`:                                                                {"x:0", "x:99999"},
 	`^(.+:[0-9]{1,5})?$`:                                                             {"", "x:0", "x:99999"},
 	`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`:                                            {"", "a", "a.b-c"},
@@ -126,6 +127,13 @@ func checkSchemaBounds(t *testing.T, root, kubeconfig string) {
 			t.Run(chart+"/"+b.String(), func(t *testing.T) {
 				flags := append(append([]string{"template", chart, filepath.Join("charts", chart), "--namespace", "bounds", "--kube-version", renderKubeVersion,
 					"--show-only", "templates/agentplane.yaml"}, operatorChoices[chart]...), "--set-json", b.String())
+				// job-gc's archive values reach the binary only with the archive on (and a URL).
+				if strings.HasPrefix(b.path, "archive.") && b.value != "" {
+					flags = append(flags, "--set", "archive.enabled=true")
+					if b.path != "archive.url" {
+						flags = append(flags, "--set", "archive.url=postgres://agentplane@127.0.0.1:1/agentplane")
+					}
+				}
 				// Ports other than the one under test are free ones, so that the binary can bind them,
 				// and distinct: the kernel may hand the same free port out twice in a row (CI once
 				// gave metrics and http both 45115).

@@ -42,7 +42,7 @@ func stopPostgres() {
 
 // archiveFor makes an empty database for the test and returns its config and a Store to read
 // it back with.
-func archiveFor(t *testing.T) (archive.Config, *archive.Store) {
+func archiveFor(t testing.TB) (archive.Config, *archive.Store) {
 	t.Helper()
 	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
 	if pgErr != nil {
@@ -62,7 +62,7 @@ func archiveFor(t *testing.T) (archive.Config, *archive.Store) {
 }
 
 // sql runs statements on the database at url and scans the first row into dest.
-func sql(t *testing.T, url, statement string, dest ...any) {
+func sql(t testing.TB, url, statement string, dest ...any) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)

@@ -5,6 +5,7 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,4 +159,108 @@ func BenchmarkGCFiveThousandFinishedJobs(b *testing.B) {
 	b.ReportMetric(directFree.Seconds()/viaGCFree.Seconds(), "gc-vs-direct-unthrottled")
 	testenv.Goal(b, "gc-vs-direct>=0.8", direct.Seconds()/viaGC.Seconds() >= 0.8)
 	testenv.Goal(b, "gc-vs-direct-unthrottled>=0.8", directFree.Seconds()/viaGCFree.Seconds() >= 0.8)
+}
+
+// BenchmarkRetentionWithTheArchiveOnVsOff (#37 item 6) measures job-gc deleting 1,000 finished
+// AgentRuns at the end of their retention (0 s), from its start until every run is gone: with the
+// run archive off, then on (a real PostgreSQL: each run held by the finalizer, captured, written,
+// released, deleted), each with its own client at the service's default rate (100 QPS, burst
+// 200), then both unthrottled. It reports off_time / on_time (goal: at least 0.8) and the archive's
+// API requests and write time per run.
+//
+//	cd services/job-gc && go test -tags integration -run '^$' -bench RetentionWithTheArchive -benchtime 1x ./internal/wiring/
+func BenchmarkRetentionWithTheArchiveOnVsOff(b *testing.B) {
+	const n, workers = 1000, 4
+	ctx := context.Background()
+	setupCfg := *env.Config
+	setupCfg.QPS, setupCfg.Burst = 2000, 4000
+	setup := kubernetes.NewForConfigOrDie(&setupCfg)
+	rc, err := kubeclient.RESTClientFor(&setupCfg, agentsv1alpha1.GroupVersion)
+	if err != nil {
+		b.Fatal(err)
+	}
+	left := func(ns string) int {
+		l := &agentsv1alpha1.AgentRunList{}
+		if err := rc.Get().Namespace(ns).Resource("agentruns").Do(ctx).Into(l); err != nil {
+			b.Fatal(err)
+		}
+		return len(l.Items)
+	}
+	// measure runs job-gc over n finished runs of a new namespace and returns how long until they
+	// are gone, and the API requests it made.
+	measure := func(qps float32, burst int, archived bool) (time.Duration, float64) {
+		ns := fmt.Sprintf("bench-%d", nsSerial.Add(1))
+		if _, err := setup.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		now := metav1.Now()
+		testenv.Parallel(b, n, 64, func(i int) error {
+			ar := &agentsv1alpha1.AgentRun{
+				TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun"},
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("r-%04d", i), Namespace: ns},
+				Spec: agentsv1alpha1.AgentRunSpec{AgentRef: agentsv1alpha1.LocalRef{Name: "a"}, Runtime: agentsv1alpha1.RuntimeSpec{Type: "job"},
+					TTLSecondsAfterFinished: ptr.To[int32](0)},
+			}
+			if err := rc.Post().Namespace(ns).Resource("agentruns").Body(ar).Do(ctx).Into(ar); err != nil {
+				return err
+			}
+			ar.Status = agentsv1alpha1.AgentRunStatus{Phase: "Succeeded", FinishedAt: &now, ObservedGeneration: ar.Generation}
+			return rc.Put().Namespace(ns).Resource("agentruns").Name(ar.Name).SubResource("status").Body(ar).Do(ctx).Error()
+		})
+		var requests atomic.Int64
+		c := *env.Config
+		c.QPS, c.Burst = qps, burst
+		gcCfg := testenv.CountRequests(&c, &requests, nil)
+		d := Deps{Kube: kubernetes.NewForConfigOrDie(gcCfg), REST: gcCfg, Registry: prometheus.NewRegistry()}
+		if archived {
+			ac, _ := archiveFor(b)
+			d.Archive = &lazyStore{cfg: ac}
+		}
+		g, err := New(Config{Namespaces: []string{ns}, Retention: 24 * time.Hour, OrchRetention: 24 * time.Hour, MissingGrace: time.Hour,
+			HoldWarning: time.Hour, Workers: workers}, d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- g.Run(cctx) }()
+		deadline := time.Now().Add(10 * time.Minute)
+		for left(ns) > 0 {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d runs left in %s after 10m (archive %v)", left(ns), ns, archived)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		took := time.Since(start)
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if s, ok := d.Archive.(*lazyStore); ok {
+			s.Close()
+		}
+		return took, float64(requests.Load()) / n
+	}
+	var off, on, offFree, onFree time.Duration
+	var offReq, onReq float64
+	for range b.N {
+		t, r := measure(100, 200, false)
+		off, offReq = off+t, r
+		t, r = measure(100, 200, true)
+		on, onReq = on+t, r
+		t, _ = measure(-1, 0, false)
+		offFree += t
+		t, _ = measure(-1, 0, true)
+		onFree += t
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(off.Seconds()/float64(b.N), "off-s")
+	b.ReportMetric(on.Seconds()/float64(b.N), "on-s")
+	b.ReportMetric(off.Seconds()/on.Seconds(), "on-vs-off")
+	b.ReportMetric(offFree.Seconds()/onFree.Seconds(), "on-vs-off-unthrottled")
+	b.ReportMetric(offReq, "off-requests/run")
+	b.ReportMetric(onReq, "on-requests/run")
+	testenv.Goal(b, "on-vs-off>=0.8", off.Seconds()/on.Seconds() >= 0.8)
+	testenv.Goal(b, "on-vs-off-unthrottled>=0.8", offFree.Seconds()/onFree.Seconds() >= 0.8)
 }
