@@ -213,7 +213,7 @@ func BenchmarkRetentionWithTheArchiveOnVsOff(b *testing.B) {
 		gcCfg := testenv.CountRequests(&c, &requests, nil)
 		d := Deps{Kube: kubernetes.NewForConfigOrDie(gcCfg), REST: gcCfg, Registry: prometheus.NewRegistry()}
 		if archived {
-			ac, _ := archiveFor(b)
+			ac, _ := archiveFor(b) //nolint:contextcheck // the helper makes the database with its own background context
 			d.Archive = &lazyStore{cfg: ac}
 		}
 		g, err := New(Config{Namespaces: []string{ns}, Retention: 24 * time.Hour, OrchRetention: 24 * time.Hour, MissingGrace: time.Hour,
