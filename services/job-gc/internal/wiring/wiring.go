@@ -125,7 +125,9 @@ func New(cfg Config, d Deps) (*GC, error) {
 	if p, ok := d.Archive.(pruner); ok && cfg.ArchiveRetention > 0 {
 		g.prune = newArchivePruner(p, cfg, d.Now)
 	}
-	if r := d.Registry; r != nil && d.Archive != nil {
+	// The archive's series exist with archiving off too (they read 0), so that dashboards and
+	// alerts on them read a series either way.
+	if r := d.Registry; r != nil {
 		registerArchiveMetrics(r, g.archive, g.prune, cfg.ArchiveRetention)
 	}
 	if r := d.Registry; r != nil {
