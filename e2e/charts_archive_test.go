@@ -107,3 +107,57 @@ func TestJobGCChartArchiveValues(t *testing.T) {
 	wantRefused(t, h, "job-gc", "not extraEnv", "--set", "global.extraEnv[0].name=JANGAR_ARCHIVE_PASSWORD,global.extraEnv[0].value=x")
 	wantRefused(t, h, "job-gc", "/archive/url", "--set", "archive.enabled=true")
 }
+
+// TestWatchGatewayChartReadsTheArchive (#37): off by default; on, the gateway gets the same
+// connection as job-gc (the URL with the CA's sslrootcert and verify-full, the password from its
+// Secret, the CA mounted), and with the aggregated API the console-viewer Role may list and get
+// archivedruns there (the gateway then asks for the runs' own rights); on without a URL is
+// refused.
+func TestWatchGatewayChartReadsTheArchive(t *testing.T) {
+	h := newHelmEnv(t)
+	envOf := func(objs []map[string]any) (map[string]any, map[string]any) {
+		c := at(kind(objs, "Deployment")[0], "spec", "template", "spec", "containers", "0").(map[string]any)
+		env := map[string]any{}
+		for _, e := range at(c, "env").([]any) {
+			m := e.(map[string]any)
+			if v, ok := m["value"]; ok {
+				env[fmt.Sprint(m["name"])] = v
+			} else {
+				env[fmt.Sprint(m["name"])] = m["valueFrom"]
+			}
+		}
+		return env, c
+	}
+	env, _ := envOf(objects(t, h, "watch-gateway"))
+	for name := range env {
+		if strings.HasPrefix(name, "JANGAR_ARCHIVE_") {
+			t.Errorf("the archive off sets %s", name)
+		}
+	}
+	on := objects(t, h, "watch-gateway", "--set", "archive.enabled=true", "--set", "archive.url=postgres://reader@archive-rw.agents.svc:5432/agentplane",
+		"--set", "archive.passwordSecretRef.name=archive-reader", "--set", "archive.tls.caSecretRef.name=archive-ca", "--set", "archive.maxConns=3",
+		"--set", "apiService.enabled=true", "--set", "tls.generate=true")
+	env, c := envOf(on)
+	if got := env["JANGAR_ARCHIVE_URL"]; got != "postgres://reader@archive-rw.agents.svc:5432/agentplane?sslrootcert=/etc/agentplane/archive-ca/ca.crt&sslmode=verify-full" {
+		t.Errorf("JANGAR_ARCHIVE_URL %v", got)
+	}
+	if got := fmt.Sprint(env["JANGAR_ARCHIVE_PASSWORD"]); got != "map[secretKeyRef:map[key:password name:archive-reader]]" {
+		t.Errorf("JANGAR_ARCHIVE_PASSWORD %s", got)
+	}
+	if env["JANGAR_ARCHIVE_MAX_CONNS"] != "3" {
+		t.Errorf("JANGAR_ARCHIVE_MAX_CONNS %v", env["JANGAR_ARCHIVE_MAX_CONNS"])
+	}
+	if m := fmt.Sprint(at(c, "volumeMounts")); !strings.Contains(m, "mountPath:/etc/agentplane/archive-ca") {
+		t.Errorf("the CA is not mounted: %s", m)
+	}
+	viewer := ""
+	for _, r := range kind(on, "Role") {
+		if strings.HasSuffix(fmt.Sprint(at(r, "metadata", "name")), "console-viewer") {
+			viewer = fmt.Sprint(at(r, "rules"))
+		}
+	}
+	if !strings.Contains(viewer, "resources:[archivedruns] verbs:[get list]") || strings.Contains(viewer, "pods/log") {
+		t.Errorf("the console-viewer Role with the archive and the aggregated API: %s", viewer)
+	}
+	wantRefused(t, h, "watch-gateway", "/archive/url", "--set", "archive.enabled=true")
+}

@@ -262,7 +262,8 @@ func startConsoleStack(t *testing.T) consoleStack {
 	}
 	httpPort, grpcPort := startGatewayProcess(t, s.kubeconfig, "agents", filepath.Join(dir, "token-gateway.log"),
 		"JANGAR_WATCH_AUTH_MODE=token", fmt.Sprintf("JANGAR_REDIS_URL=redis://127.0.0.1:%d/0", 16379+consoleOffset),
-		"JANGAR_CONSOLE_SESSION_KEY_FILE="+keyFile, "JANGAR_WATCH_TARGETS="+strings.Join(targets, ","), "JANGAR_LOG_FORMAT=text")
+		"JANGAR_CONSOLE_SESSION_KEY_FILE="+keyFile, "JANGAR_WATCH_TARGETS="+strings.Join(targets, ","), "JANGAR_LOG_FORMAT=text",
+		fmt.Sprintf("JANGAR_ARCHIVE_URL=postgres://agentplane@127.0.0.1:%d/agentplane?sslmode=disable", 15432+consoleOffset))
 	s.tokenURL = fmt.Sprintf("http://localhost:%d/", httpPort)
 	s.tokenGRPC = fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	return s
@@ -580,6 +581,31 @@ spec:
 	out, err = exec.Command(binPath(t, "agentctl"), "status", "history", "--since", "2h", "--gateway", s.tokenGRPC).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "bearer token") {
 		t.Fatalf("agentctl status history without a token: %v\n%s", err, out)
+	}
+
+	// History lists the finished runs of the run archive too: a run deleted by hand is archived by
+	// make up's job-gc first, and the reader (the console-viewer Role, which has no pods/log) sees
+	// it, its Jobs and Events, and is told its logs are not shown.
+	s.apply(agentRunYAML("console-archived", ""))
+	eventually(t, 3*minute, "console-archived Succeeded", func() error {
+		if out, err := s.kubectl("get", "agentrun", "console-archived", "-o", "jsonpath={.status.phase}"); err != nil || out != "Succeeded" {
+			return errorf("phase %q %v", out, err)
+		}
+		return nil
+	})
+	if out, err := s.kubectl("delete", "agentrun", "console-archived", "--timeout", "60s"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	b.do("open the history again", chromedp.Evaluate[chromedp.Void](`location.hash = "#/history?archived"`))
+	b.await("the archived run listed", `!document.getElementById("archive-box").hidden &&
+		[...document.querySelectorAll("#archive tbody tr")].some(r => r.textContent.includes("console-archived") && r.textContent.includes("Succeeded"))`, minute)
+	b.do("open the archived run", chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll("#archive a")].find(a => a.textContent === "console-archived").click()`))
+	b.await("its archived page", `!document.getElementById("view-archived").hidden && document.getElementById("archived-name").textContent === "console-archived" &&
+		document.querySelectorAll("#archived-jobs tbody tr td").length > 1 && document.getElementById("archived-hidden").textContent.includes("may not get pods/log")`, minute)
+	b.shot("archived-run")
+	out, err = exec.Command(binPath(t, "agentctl"), "-n", "agents", "get", "runs", "--archived", "--gateway", s.tokenGRPC, "--gateway-token", reader).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "agentrun/console-archived") {
+		t.Fatalf("agentctl get runs --archived as the reader: %v\n%s", err, out)
 	}
 
 	// The health page's heartbeat time, and a source's failure as a banner: cancel-propagator's

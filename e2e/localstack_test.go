@@ -154,6 +154,17 @@ func TestLocalControlPlane(t *testing.T) {
 		if err != nil || !strings.Contains(metrics, `agentplane_job_gc_archive_writes_total{result="ok"}`) {
 			t.Errorf("job-gc's archive metrics (%v):\n%s", err, grepLines(metrics, "agentplane_job_gc_archive"))
 		}
+		// Gone from the cluster, the run is read back through watch-gateway, as the banner says.
+		agentctl := binPath(t, "agentctl")
+		gw := fmt.Sprintf("127.0.0.1:%d", 50051+offset)
+		out, err = run(ctx, t, nil, agentctl, "-n", "agents", "get", "runs", "--archived", "--gateway", gw, "--phase", "Failed", "-o", "wide")
+		if err != nil || !strings.Contains(out, "agentrun/fails-on-purpose") || !strings.Contains(out, uid) {
+			t.Fatalf("agentctl get runs --archived: %v\n%s", err, out)
+		}
+		out, err = run(ctx, t, nil, agentctl, "-n", "agents", "describe", "run", "fails-on-purpose", "--archived", "--gateway", gw)
+		if err != nil || !strings.Contains(out, uid) || !strings.Contains(out, "BackoffLimitExceeded") || !strings.Contains(out, "Jobs:") {
+			t.Fatalf("agentctl describe run --archived: %v\n%s", err, out)
+		}
 	})
 
 	t.Run("a run annotated simulate-duration stays Running", func(t *testing.T) {

@@ -345,7 +345,7 @@ svc_auth() {
 svc_env() {
   case $1 in
     run-controller) echo "JANGAR_AGENT_IMAGE=${AGENTPLANE_AGENT_IMAGE:-agentplane/agent:dev}" ;;
-    job-gc) echo "JANGAR_ARCHIVE_URL=$ARCHIVE_URL" ;;
+    job-gc | watch-gateway) echo "JANGAR_ARCHIVE_URL=$ARCHIVE_URL" ;;
   esac
 }
 
@@ -409,7 +409,7 @@ agentplane is up (state in $LOCAL_DIR).
   kubectl get nodes
   kubectl apply -f examples/agentrun.yaml && kubectl get agentrun
   agentctl version
-Run archive (job-gc writes every finished run to it): PostgreSQL at $ARCHIVE_URL
+Run archive (job-gc writes every finished run to it; watch-gateway reads it: agentctl get runs --archived): PostgreSQL at $ARCHIVE_URL
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
 Web console (health, runs, a run's steps and Cancel, status history): http://localhost:$WATCH_HTTP_PORT/

@@ -116,15 +116,59 @@ type body struct {
 // ErrNotFound: no archived run matches.
 var ErrNotFound = errors.New("no archived run matches")
 
-// Open connects to the archive and brings its schema up to date.
+// Open connects to the archive and brings its schema up to date (the writer, job-gc, does).
 func Open(ctx context.Context, c Config) (*Store, error) {
+	s, pc, err := connect(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("the archive at %s: migrating its schema: %w", where(pc), err)
+	}
+	return s, nil
+}
+
+// OpenReader connects to the archive to read it (watch-gateway) without changing its schema, so
+// its database user needs only SELECT. It refuses a schema older than this code reads: job-gc,
+// the writer, migrates it when it first reaches the database.
+func OpenReader(ctx context.Context, c Config) (*Store, error) {
+	s, pc, err := connect(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	have, err := s.SchemaVersion(ctx)
+	if err != nil {
+		have = 0 // no version table yet: nothing has migrated it
+	}
+	if want := latestVersion(); have < want {
+		s.Close()
+		return nil, fmt.Errorf("the archive at %s has schema version %d, this reader needs %d: job-gc creates and migrates it when it first reaches the database (turn its archive on, or upgrade it first)", where(pc), have, want)
+	}
+	return s, nil
+}
+
+// latestVersion is the newest migration this code carries (its files are NNNNN_name.sql).
+func latestVersion() int64 {
+	entries, _ := fs.ReadDir(migrations, "migrations")
+	var v int64
+	for _, e := range entries {
+		var n int64
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &n); err == nil && n > v {
+			v = n
+		}
+	}
+	return v
+}
+
+func connect(ctx context.Context, c Config) (*Store, *pgxpool.Config, error) {
 	if c.URL == "" {
-		return nil, errors.New("the archive's URL is empty: give a postgres:// URL (the password apart, from a Secret)")
+		return nil, nil, errors.New("the archive's URL is empty: give a postgres:// URL (the password apart, from a Secret)")
 	}
 	pc, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
 		// pgx's parse errors carry the URL with its password masked; say what shape is wanted.
-		return nil, fmt.Errorf("the archive's URL: %w (want postgres://user@host:5432/database?sslmode=verify-full)", err)
+		return nil, nil, fmt.Errorf("the archive's URL: %w (want postgres://user@host:5432/database?sslmode=verify-full)", err)
 	}
 	if c.Password != "" {
 		pc.ConnConfig.Password = c.Password
@@ -134,18 +178,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("the archive at %s: %w", where(pc), err)
+		return nil, nil, fmt.Errorf("the archive at %s: %w", where(pc), err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("the archive at %s does not answer: %w", where(pc), err)
+		return nil, nil, fmt.Errorf("the archive at %s does not answer: %w", where(pc), err)
 	}
-	s := &Store{pool: pool}
-	if err := s.migrate(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("the archive at %s: migrating its schema: %w", where(pc), err)
-	}
-	return s, nil
+	return &Store{pool: pool}, pc, nil
 }
 
 // where names the database without credentials.
@@ -286,6 +325,20 @@ func (e *BadCursorError) Error() string {
 	return "the cursor " + e.Reason + ": start again without it"
 }
 
+// QueryError: a query the archive cannot answer as asked (a negative page size, an empty time
+// range). Its message says what to change.
+type QueryError struct{ Msg string }
+
+func (e *QueryError) Error() string { return e.Msg }
+
+// IsBadQuery reports whether err is the caller's (a QueryError or a BadCursorError), not the
+// database's.
+func IsBadQuery(err error) bool {
+	var q *QueryError
+	var c *BadCursorError
+	return errors.As(err, &q) || errors.As(err, &c)
+}
+
 // cursor is where a page ended, and which query it belongs to.
 type cursor struct {
 	Finished time.Time `json:"f"`
@@ -323,15 +376,15 @@ func (s *Store) List(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	switch {
 	case limit < 0:
-		return Page{}, fmt.Errorf("limit %d: give a page size from 1 to %d (0 for %d)", limit, maxLimit, defaultLimit)
+		return Page{}, &QueryError{Msg: fmt.Sprintf("limit %d: give a page size from 1 to %d (0 for %d)", limit, maxLimit, defaultLimit)}
 	case limit == 0:
 		limit = defaultLimit
 	case limit > maxLimit:
 		limit = maxLimit
 	}
 	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until) {
-		return Page{}, fmt.Errorf("the time range [%s, %s) is empty: since must be before until",
-			q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339))
+		return Page{}, &QueryError{Msg: fmt.Sprintf("the time range [%s, %s) is empty: since must be before until",
+			q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339))}
 	}
 	after, err := q.after()
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
@@ -435,5 +437,55 @@ func TestTLSToTheDatabaseIsVerified(t *testing.T) {
 	_, err = Open(ctx, Config{URL: fmt.Sprintf("postgres://%s@%s/postgres?sslmode=verify-full&sslrootcert=%s&connect_timeout=5", p.User, p.Addr, other.CAFile), Password: p.Password})
 	if err == nil || !strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), p.Password) {
 		t.Fatalf("a server certificate another CA signed: %v, want a refusal naming the certificate, without the password", err)
+	}
+}
+
+// TestAReaderNeitherMigratesNorReadsAnUnmigratedArchive: OpenReader (watch-gateway's) refuses a
+// database job-gc has not migrated, says so, and leaves it as it was; once Open (job-gc's) has
+// migrated it, the reader reads what the writer wrote.
+func TestAReaderNeitherMigratesNorReadsAnUnmigratedArchive(t *testing.T) {
+	p := server(t)
+	ctx := context.Background()
+	admin, err := Open(ctx, Config{URL: p.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	const db = "reader_before_writer"
+	if _, err := admin.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.pool.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{URL: fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", p.User, p.Addr, db), Password: p.Password}
+	if _, err := OpenReader(ctx, c); err == nil || !strings.Contains(err.Error(), "schema version 0, this reader needs 1") ||
+		!strings.Contains(err.Error(), "job-gc creates and migrates it") || strings.Contains(err.Error(), p.Password) {
+		t.Fatalf("a reader on an empty database: %v", err)
+	}
+	chk, err := pgxpool.New(ctx, fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", p.User, p.Password, p.Addr, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chk.Close()
+	var untouched bool
+	if err := chk.QueryRow(ctx, "SELECT to_regclass('archive_schema_versions') IS NULL AND to_regclass('runs') IS NULL").Scan(&untouched); err != nil || !untouched {
+		t.Fatalf("the reader changed the database (untouched %v, %v)", untouched, err)
+	}
+	w, err := Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Put(ctx, run("u-1", "team-a", "hello", "codex", "Succeeded", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenReader(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := r.Get(ctx, "u-1"); err != nil || got.Name != "hello" {
+		t.Fatalf("the reader after the writer: %v %v", got.Summary, err)
 	}
 }

@@ -39,32 +39,11 @@ through env.vars or extraEnv, which would turn archiving on without them, is ref
 {{- fail (printf "job-gc: %s is set by the archive values (archive.enabled, archive.url, ...), not extraEnv: only archive.enabled grants job-gc the rights archiving needs" .name) }}
 {{- end }}
 {{- end }}
+{{- include "agentplane-lib.archiveEnv" . }}
 {{- $a := .Values.archive }}
 {{- if $a.enabled }}
-{{- if not $a.url }}
-{{- fail "job-gc: archive.enabled needs archive.url (postgres://user@host:5432/database; the password from archive.passwordSecretRef)" }}
-{{- end }}
-{{- $url := $a.url }}
-{{- if $a.tls.caSecretRef.name }}
-{{- $sep := ternary "&" "?" (contains "?" $url) }}
-{{- $url = printf "%s%ssslrootcert=/etc/agentplane/archive-ca/%s" $url $sep $a.tls.caSecretRef.key }}
-{{- if not (regexMatch "[?&]sslmode=" $url) }}
-{{- $url = printf "%s&sslmode=verify-full" $url }}
-{{- end }}
-{{- end }}
-- name: JANGAR_ARCHIVE_URL
-  value: {{ $url | quote }}
-{{- if $a.passwordSecretRef.name }}
-- name: JANGAR_ARCHIVE_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ $a.passwordSecretRef.name | quote }}
-      key: {{ $a.passwordSecretRef.key | quote }}
-{{- end }}
 - name: JANGAR_ARCHIVE_LOG_LINES
   value: {{ $a.logLines | int | quote }}
-- name: JANGAR_ARCHIVE_MAX_CONNS
-  value: {{ $a.maxConns | int | quote }}
 - name: JANGAR_ARCHIVE_RETENTION_SECONDS
   value: {{ $a.retentionSeconds | int64 | quote }}
 {{- end }}
@@ -113,22 +92,10 @@ with rbac.clusterScoped).
 {{/* Its volumes are its parts' (the service token, the backend TLS Secret: agentplane-lib), and
 the CA of the archive's database when archive.tls.caSecretRef names one. */}}
 {{- define "job-gc.volumeMounts" }}
-            {{- if and .Values.archive.enabled .Values.archive.tls.caSecretRef.name }}
-            - name: archive-ca
-              mountPath: /etc/agentplane/archive-ca
-              readOnly: true
-            {{- end }}
+{{- include "agentplane-lib.archiveVolumeMounts" . }}
 {{- end }}
 {{- define "job-gc.volumes" }}
-        {{- $ca := .Values.archive.tls.caSecretRef }}
-        {{- if and .Values.archive.enabled $ca.name }}
-        - name: archive-ca
-          secret:
-            secretName: {{ $ca.name | quote }}
-            items:
-              - key: {{ $ca.key | quote }}
-                path: {{ $ca.key | quote }}
-        {{- end }}
+{{- include "agentplane-lib.archiveVolumes" . }}
 {{- end }}
 
 {{/*

@@ -52,6 +52,7 @@ The container's own environment, as a YAML list, after what every service and it
   value: {{ .Values.history.retention | quote }}
 - name: JANGAR_WATCH_HISTORY_MAX_ENTRIES
   value: {{ .Values.history.maxEntries | int | quote }}
+{{- include "agentplane-lib.archiveEnv" . }}
 {{- end }}
 
 {{/*
@@ -210,6 +211,7 @@ charts/_shared, includes them).
               mountPath: /etc/watch-gateway/console
               readOnly: true
             {{- end }}
+{{- include "agentplane-lib.archiveVolumeMounts" . }}
 {{- end }}
 
 {{- define "watch-gateway.volumes" }}
@@ -234,6 +236,7 @@ charts/_shared, includes them).
               - key: {{ .Values.console.sessionKey.key | quote }}
                 path: {{ .Values.console.sessionKey.key | quote }}
         {{- end }}
+{{- include "agentplane-lib.archiveVolumes" . }}
 {{- end }}
 
 {{/*

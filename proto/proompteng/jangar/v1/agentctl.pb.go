@@ -627,6 +627,728 @@ func (x *ControlPlaneStatusTransition) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type ListArchivedRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gateway's runs namespace (empty means it).
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// AgentRun or OrchestrationRun (empty: both, those the caller may list).
+	Kind  string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name  string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Succeeded, Failed, Cancelled, ...
+	Phase string `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Runs that finished at or after finished_after and before finished_before.
+	FinishedAfter  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_after,json=finishedAfter,proto3" json:"finished_after,omitempty"`
+	FinishedBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_before,json=finishedBefore,proto3" json:"finished_before,omitempty"`
+	// Page size: default 100, at most 1000.
+	Limit int32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Continues an earlier list with the same filters (its next_cursor).
+	Cursor        string `protobuf:"bytes,9,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArchivedRunsRequest) Reset() {
+	*x = ListArchivedRunsRequest{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArchivedRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArchivedRunsRequest) ProtoMessage() {}
+
+func (x *ListArchivedRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArchivedRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListArchivedRunsRequest) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListArchivedRunsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListArchivedRunsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ListArchivedRunsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListArchivedRunsRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ListArchivedRunsRequest) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ListArchivedRunsRequest) GetFinishedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAfter
+	}
+	return nil
+}
+
+func (x *ListArchivedRunsRequest) GetFinishedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedBefore
+	}
+	return nil
+}
+
+func (x *ListArchivedRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListArchivedRunsRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// ArchivedRunSummary is what a list shows of an archived run.
+type ArchivedRunSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Agent         string                 `protobuf:"bytes,5,opt,name=agent,proto3" json:"agent,omitempty"`
+	Phase         string                 `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	ArchivedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedRunSummary) Reset() {
+	*x = ArchivedRunSummary{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedRunSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedRunSummary) ProtoMessage() {}
+
+func (x *ArchivedRunSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedRunSummary.ProtoReflect.Descriptor instead.
+func (*ArchivedRunSummary) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ArchivedRunSummary) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *ArchivedRunSummary) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ArchivedRunSummary) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ArchivedRunSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ArchivedRunSummary) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ArchivedRunSummary) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ArchivedRunSummary) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ArchivedRunSummary) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *ArchivedRunSummary) GetArchivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArchivedAt
+	}
+	return nil
+}
+
+type ArchivedRunList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Runs  []*ArchivedRunSummary  `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Empty on the last page.
+	NextCursor string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// What the list left out for this caller (a kind it may not list), each a sentence.
+	Hidden        []string `protobuf:"bytes,3,rep,name=hidden,proto3" json:"hidden,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedRunList) Reset() {
+	*x = ArchivedRunList{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedRunList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedRunList) ProtoMessage() {}
+
+func (x *ArchivedRunList) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedRunList.ProtoReflect.Descriptor instead.
+func (*ArchivedRunList) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ArchivedRunList) GetRuns() []*ArchivedRunSummary {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ArchivedRunList) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *ArchivedRunList) GetHidden() []string {
+	if x != nil {
+		return x.Hidden
+	}
+	return nil
+}
+
+type GetArchivedRunRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The run's uid; or kind and name for the newest archived run of that name.
+	Uid           string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetArchivedRunRequest) Reset() {
+	*x = GetArchivedRunRequest{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetArchivedRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetArchivedRunRequest) ProtoMessage() {}
+
+func (x *GetArchivedRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetArchivedRunRequest.ProtoReflect.Descriptor instead.
+func (*GetArchivedRunRequest) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetArchivedRunRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetArchivedRunRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *GetArchivedRunRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *GetArchivedRunRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ArchivedEvent is one of an archived run's Kubernetes Events (its message redacted).
+type ArchivedEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Type    string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Count   int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	First   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=first,proto3" json:"first,omitempty"`
+	Last    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last,proto3" json:"last,omitempty"`
+	Source  string                 `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// kind/name of the object it is about.
+	Involved      string `protobuf:"bytes,8,opt,name=involved,proto3" json:"involved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedEvent) Reset() {
+	*x = ArchivedEvent{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedEvent) ProtoMessage() {}
+
+func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
+func (*ArchivedEvent) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ArchivedEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ArchivedEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ArchivedEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ArchivedEvent) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ArchivedEvent) GetFirst() *timestamppb.Timestamp {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *ArchivedEvent) GetLast() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *ArchivedEvent) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ArchivedEvent) GetInvolved() string {
+	if x != nil {
+		return x.Involved
+	}
+	return ""
+}
+
+// ArchivedJob is how one of an archived run's Jobs ended.
+type ArchivedJob struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Step      string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	Succeeded bool                   `protobuf:"varint,3,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Unset when the container's exit was not seen.
+	ExitCode      *int32                 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Started       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started,proto3" json:"started,omitempty"`
+	Finished      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished,proto3" json:"finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedJob) Reset() {
+	*x = ArchivedJob{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedJob) ProtoMessage() {}
+
+func (x *ArchivedJob) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedJob.ProtoReflect.Descriptor instead.
+func (*ArchivedJob) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ArchivedJob) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ArchivedJob) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *ArchivedJob) GetSucceeded() bool {
+	if x != nil {
+		return x.Succeeded
+	}
+	return false
+}
+
+func (x *ArchivedJob) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *ArchivedJob) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ArchivedJob) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ArchivedJob) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+func (x *ArchivedJob) GetFinished() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Finished
+	}
+	return nil
+}
+
+// ArchivedLog is the tail of one container's log (redacted), or why it could not be read.
+type ArchivedLog struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pod           string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	Container     string                 `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
+	Tail          string                 `protobuf:"bytes,3,opt,name=tail,proto3" json:"tail,omitempty"`
+	Truncated     bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedLog) Reset() {
+	*x = ArchivedLog{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedLog) ProtoMessage() {}
+
+func (x *ArchivedLog) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedLog.ProtoReflect.Descriptor instead.
+func (*ArchivedLog) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ArchivedLog) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *ArchivedLog) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *ArchivedLog) GetTail() string {
+	if x != nil {
+		return x.Tail
+	}
+	return ""
+}
+
+func (x *ArchivedLog) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ArchivedLog) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ArchivedRun struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Summary *ArchivedRunSummary    `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The run as last seen before it was deleted: metadata, spec, status (conditions, an
+	// OrchestrationRun's steps).
+	Object *structpb.Struct `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	Events []*ArchivedEvent `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	Jobs   []*ArchivedJob   `protobuf:"bytes,4,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Logs   []*ArchivedLog   `protobuf:"bytes,5,rep,name=logs,proto3" json:"logs,omitempty"`
+	// What was left out for this caller (events, jobs, logs it may not read), each a sentence.
+	Hidden        []string `protobuf:"bytes,6,rep,name=hidden,proto3" json:"hidden,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedRun) Reset() {
+	*x = ArchivedRun{}
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedRun) ProtoMessage() {}
+
+func (x *ArchivedRun) ProtoReflect() protoreflect.Message {
+	mi := &file_proompteng_jangar_v1_agentctl_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedRun.ProtoReflect.Descriptor instead.
+func (*ArchivedRun) Descriptor() ([]byte, []int) {
+	return file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ArchivedRun) GetSummary() *ArchivedRunSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *ArchivedRun) GetObject() *structpb.Struct {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *ArchivedRun) GetEvents() []*ArchivedEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ArchivedRun) GetJobs() []*ArchivedJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ArchivedRun) GetLogs() []*ArchivedLog {
+	if x != nil {
+		return x.Logs
+	}
+	return nil
+}
+
+func (x *ArchivedRun) GetHidden() []string {
+	if x != nil {
+		return x.Hidden
+	}
+	return nil
+}
+
 var File_proompteng_jangar_v1_agentctl_proto protoreflect.FileDescriptor
 
 const file_proompteng_jangar_v1_agentctl_proto_rawDesc = "" +
@@ -676,11 +1398,79 @@ const file_proompteng_jangar_v1_agentctl_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12'\n" +
 	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at2\x98\x03\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc1\x02\n" +
+	"\x17ListArchivedRunsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\x12\x14\n" +
+	"\x05phase\x18\x05 \x01(\tR\x05phase\x12A\n" +
+	"\x0efinished_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rfinishedAfter\x12C\n" +
+	"\x0ffinished_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0efinishedBefore\x12\x14\n" +
+	"\x05limit\x18\b \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06cursor\x18\t \x01(\tR\x06cursor\"\xcd\x02\n" +
+	"\x12ArchivedRunSummary\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
+	"\x05agent\x18\x05 \x01(\tR\x05agent\x12\x14\n" +
+	"\x05phase\x18\x06 \x01(\tR\x05phase\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vfinished_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12;\n" +
+	"\varchived_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"archivedAt\"\x88\x01\n" +
+	"\x0fArchivedRunList\x12<\n" +
+	"\x04runs\x18\x01 \x03(\v2(.proompteng.jangar.v1.ArchivedRunSummaryR\x04runs\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\x12\x16\n" +
+	"\x06hidden\x18\x03 \x03(\tR\x06hidden\"o\n" +
+	"\x15GetArchivedRunRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\x81\x02\n" +
+	"\rArchivedEvent\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x120\n" +
+	"\x05first\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05first\x12.\n" +
+	"\x04last\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12\x1a\n" +
+	"\binvolved\x18\b \x01(\tR\binvolved\"\xa3\x02\n" +
+	"\vArchivedJob\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12\x1c\n" +
+	"\tsucceeded\x18\x03 \x01(\bR\tsucceeded\x12 \n" +
+	"\texit_code\x18\x04 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x124\n" +
+	"\astarted\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\astarted\x126\n" +
+	"\bfinished\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bfinishedB\f\n" +
+	"\n" +
+	"_exit_code\"\x85\x01\n" +
+	"\vArchivedLog\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
+	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x12\x12\n" +
+	"\x04tail\x18\x03 \x01(\tR\x04tail\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xc5\x02\n" +
+	"\vArchivedRun\x12B\n" +
+	"\asummary\x18\x01 \x01(\v2(.proompteng.jangar.v1.ArchivedRunSummaryR\asummary\x12/\n" +
+	"\x06object\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06object\x12;\n" +
+	"\x06events\x18\x03 \x03(\v2#.proompteng.jangar.v1.ArchivedEventR\x06events\x125\n" +
+	"\x04jobs\x18\x04 \x03(\v2!.proompteng.jangar.v1.ArchivedJobR\x04jobs\x125\n" +
+	"\x04logs\x18\x05 \x03(\v2!.proompteng.jangar.v1.ArchivedLogR\x04logs\x12\x16\n" +
+	"\x06hidden\x18\x06 \x03(\tR\x06hidden2\xe4\x04\n" +
 	"\x0fAgentctlService\x12u\n" +
 	"\x15GetControlPlaneStatus\x122.proompteng.jangar.v1.GetControlPlaneStatusRequest\x1a(.proompteng.jangar.v1.ControlPlaneStatus\x12\x80\x01\n" +
 	"\x17WatchControlPlaneStatus\x124.proompteng.jangar.v1.WatchControlPlaneStatusRequest\x1a-.proompteng.jangar.v1.ControlPlaneStatusEvent0\x01\x12\x8a\x01\n" +
-	"\x1cGetControlPlaneStatusHistory\x129.proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest\x1a/.proompteng.jangar.v1.ControlPlaneStatusHistoryBFZDgithub.com/agentplane/agentplane/proto/proompteng/jangar/v1;jangarv1b\x06proto3"
+	"\x1cGetControlPlaneStatusHistory\x129.proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest\x1a/.proompteng.jangar.v1.ControlPlaneStatusHistory\x12h\n" +
+	"\x10ListArchivedRuns\x12-.proompteng.jangar.v1.ListArchivedRunsRequest\x1a%.proompteng.jangar.v1.ArchivedRunList\x12`\n" +
+	"\x0eGetArchivedRun\x12+.proompteng.jangar.v1.GetArchivedRunRequest\x1a!.proompteng.jangar.v1.ArchivedRunBFZDgithub.com/agentplane/agentplane/proto/proompteng/jangar/v1;jangarv1b\x06proto3"
 
 var (
 	file_proompteng_jangar_v1_agentctl_proto_rawDescOnce sync.Once
@@ -695,7 +1485,7 @@ func file_proompteng_jangar_v1_agentctl_proto_rawDescGZIP() []byte {
 }
 
 var file_proompteng_jangar_v1_agentctl_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proompteng_jangar_v1_agentctl_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_proompteng_jangar_v1_agentctl_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_proompteng_jangar_v1_agentctl_proto_goTypes = []any{
 	(ControlPlaneStatusEvent_Type)(0),           // 0: proompteng.jangar.v1.ControlPlaneStatusEvent.Type
 	(*GetControlPlaneStatusRequest)(nil),        // 1: proompteng.jangar.v1.GetControlPlaneStatusRequest
@@ -706,35 +1496,62 @@ var file_proompteng_jangar_v1_agentctl_proto_goTypes = []any{
 	(*GetControlPlaneStatusHistoryRequest)(nil), // 6: proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest
 	(*ControlPlaneStatusHistory)(nil),           // 7: proompteng.jangar.v1.ControlPlaneStatusHistory
 	(*ControlPlaneStatusTransition)(nil),        // 8: proompteng.jangar.v1.ControlPlaneStatusTransition
-	(*timestamppb.Timestamp)(nil),               // 9: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                     // 10: google.protobuf.Struct
-	(*durationpb.Duration)(nil),                 // 11: google.protobuf.Duration
+	(*ListArchivedRunsRequest)(nil),             // 9: proompteng.jangar.v1.ListArchivedRunsRequest
+	(*ArchivedRunSummary)(nil),                  // 10: proompteng.jangar.v1.ArchivedRunSummary
+	(*ArchivedRunList)(nil),                     // 11: proompteng.jangar.v1.ArchivedRunList
+	(*GetArchivedRunRequest)(nil),               // 12: proompteng.jangar.v1.GetArchivedRunRequest
+	(*ArchivedEvent)(nil),                       // 13: proompteng.jangar.v1.ArchivedEvent
+	(*ArchivedJob)(nil),                         // 14: proompteng.jangar.v1.ArchivedJob
+	(*ArchivedLog)(nil),                         // 15: proompteng.jangar.v1.ArchivedLog
+	(*ArchivedRun)(nil),                         // 16: proompteng.jangar.v1.ArchivedRun
+	(*timestamppb.Timestamp)(nil),               // 17: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                     // 18: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                 // 19: google.protobuf.Duration
 }
 var file_proompteng_jangar_v1_agentctl_proto_depIdxs = []int32{
-	9,  // 0: proompteng.jangar.v1.ControlPlaneStatus.generated_at:type_name -> google.protobuf.Timestamp
+	17, // 0: proompteng.jangar.v1.ControlPlaneStatus.generated_at:type_name -> google.protobuf.Timestamp
 	3,  // 1: proompteng.jangar.v1.ControlPlaneStatus.items:type_name -> proompteng.jangar.v1.ControlPlaneStatusItem
-	10, // 2: proompteng.jangar.v1.ControlPlaneStatusItem.details:type_name -> google.protobuf.Struct
-	11, // 3: proompteng.jangar.v1.WatchControlPlaneStatusRequest.heartbeat:type_name -> google.protobuf.Duration
+	18, // 2: proompteng.jangar.v1.ControlPlaneStatusItem.details:type_name -> google.protobuf.Struct
+	19, // 3: proompteng.jangar.v1.WatchControlPlaneStatusRequest.heartbeat:type_name -> google.protobuf.Duration
 	0,  // 4: proompteng.jangar.v1.ControlPlaneStatusEvent.type:type_name -> proompteng.jangar.v1.ControlPlaneStatusEvent.Type
-	9,  // 5: proompteng.jangar.v1.ControlPlaneStatusEvent.generated_at:type_name -> google.protobuf.Timestamp
+	17, // 5: proompteng.jangar.v1.ControlPlaneStatusEvent.generated_at:type_name -> google.protobuf.Timestamp
 	3,  // 6: proompteng.jangar.v1.ControlPlaneStatusEvent.items:type_name -> proompteng.jangar.v1.ControlPlaneStatusItem
-	11, // 7: proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest.since:type_name -> google.protobuf.Duration
-	9,  // 8: proompteng.jangar.v1.ControlPlaneStatusHistory.generated_at:type_name -> google.protobuf.Timestamp
+	19, // 7: proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest.since:type_name -> google.protobuf.Duration
+	17, // 8: proompteng.jangar.v1.ControlPlaneStatusHistory.generated_at:type_name -> google.protobuf.Timestamp
 	8,  // 9: proompteng.jangar.v1.ControlPlaneStatusHistory.transitions:type_name -> proompteng.jangar.v1.ControlPlaneStatusTransition
-	11, // 10: proompteng.jangar.v1.ControlPlaneStatusHistory.retention:type_name -> google.protobuf.Duration
-	9,  // 11: proompteng.jangar.v1.ControlPlaneStatusHistory.oldest:type_name -> google.protobuf.Timestamp
-	9,  // 12: proompteng.jangar.v1.ControlPlaneStatusTransition.at:type_name -> google.protobuf.Timestamp
-	1,  // 13: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:input_type -> proompteng.jangar.v1.GetControlPlaneStatusRequest
-	4,  // 14: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:input_type -> proompteng.jangar.v1.WatchControlPlaneStatusRequest
-	6,  // 15: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatusHistory:input_type -> proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest
-	2,  // 16: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatus
-	5,  // 17: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatusEvent
-	7,  // 18: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatusHistory:output_type -> proompteng.jangar.v1.ControlPlaneStatusHistory
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 10: proompteng.jangar.v1.ControlPlaneStatusHistory.retention:type_name -> google.protobuf.Duration
+	17, // 11: proompteng.jangar.v1.ControlPlaneStatusHistory.oldest:type_name -> google.protobuf.Timestamp
+	17, // 12: proompteng.jangar.v1.ControlPlaneStatusTransition.at:type_name -> google.protobuf.Timestamp
+	17, // 13: proompteng.jangar.v1.ListArchivedRunsRequest.finished_after:type_name -> google.protobuf.Timestamp
+	17, // 14: proompteng.jangar.v1.ListArchivedRunsRequest.finished_before:type_name -> google.protobuf.Timestamp
+	17, // 15: proompteng.jangar.v1.ArchivedRunSummary.created_at:type_name -> google.protobuf.Timestamp
+	17, // 16: proompteng.jangar.v1.ArchivedRunSummary.finished_at:type_name -> google.protobuf.Timestamp
+	17, // 17: proompteng.jangar.v1.ArchivedRunSummary.archived_at:type_name -> google.protobuf.Timestamp
+	10, // 18: proompteng.jangar.v1.ArchivedRunList.runs:type_name -> proompteng.jangar.v1.ArchivedRunSummary
+	17, // 19: proompteng.jangar.v1.ArchivedEvent.first:type_name -> google.protobuf.Timestamp
+	17, // 20: proompteng.jangar.v1.ArchivedEvent.last:type_name -> google.protobuf.Timestamp
+	17, // 21: proompteng.jangar.v1.ArchivedJob.started:type_name -> google.protobuf.Timestamp
+	17, // 22: proompteng.jangar.v1.ArchivedJob.finished:type_name -> google.protobuf.Timestamp
+	10, // 23: proompteng.jangar.v1.ArchivedRun.summary:type_name -> proompteng.jangar.v1.ArchivedRunSummary
+	18, // 24: proompteng.jangar.v1.ArchivedRun.object:type_name -> google.protobuf.Struct
+	13, // 25: proompteng.jangar.v1.ArchivedRun.events:type_name -> proompteng.jangar.v1.ArchivedEvent
+	14, // 26: proompteng.jangar.v1.ArchivedRun.jobs:type_name -> proompteng.jangar.v1.ArchivedJob
+	15, // 27: proompteng.jangar.v1.ArchivedRun.logs:type_name -> proompteng.jangar.v1.ArchivedLog
+	1,  // 28: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:input_type -> proompteng.jangar.v1.GetControlPlaneStatusRequest
+	4,  // 29: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:input_type -> proompteng.jangar.v1.WatchControlPlaneStatusRequest
+	6,  // 30: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatusHistory:input_type -> proompteng.jangar.v1.GetControlPlaneStatusHistoryRequest
+	9,  // 31: proompteng.jangar.v1.AgentctlService.ListArchivedRuns:input_type -> proompteng.jangar.v1.ListArchivedRunsRequest
+	12, // 32: proompteng.jangar.v1.AgentctlService.GetArchivedRun:input_type -> proompteng.jangar.v1.GetArchivedRunRequest
+	2,  // 33: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatus
+	5,  // 34: proompteng.jangar.v1.AgentctlService.WatchControlPlaneStatus:output_type -> proompteng.jangar.v1.ControlPlaneStatusEvent
+	7,  // 35: proompteng.jangar.v1.AgentctlService.GetControlPlaneStatusHistory:output_type -> proompteng.jangar.v1.ControlPlaneStatusHistory
+	11, // 36: proompteng.jangar.v1.AgentctlService.ListArchivedRuns:output_type -> proompteng.jangar.v1.ArchivedRunList
+	16, // 37: proompteng.jangar.v1.AgentctlService.GetArchivedRun:output_type -> proompteng.jangar.v1.ArchivedRun
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_proompteng_jangar_v1_agentctl_proto_init() }
@@ -742,13 +1559,14 @@ func file_proompteng_jangar_v1_agentctl_proto_init() {
 	if File_proompteng_jangar_v1_agentctl_proto != nil {
 		return
 	}
+	file_proompteng_jangar_v1_agentctl_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proompteng_jangar_v1_agentctl_proto_rawDesc), len(file_proompteng_jangar_v1_agentctl_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,8 @@ const (
 	AgentctlService_GetControlPlaneStatus_FullMethodName        = "/proompteng.jangar.v1.AgentctlService/GetControlPlaneStatus"
 	AgentctlService_WatchControlPlaneStatus_FullMethodName      = "/proompteng.jangar.v1.AgentctlService/WatchControlPlaneStatus"
 	AgentctlService_GetControlPlaneStatusHistory_FullMethodName = "/proompteng.jangar.v1.AgentctlService/GetControlPlaneStatusHistory"
+	AgentctlService_ListArchivedRuns_FullMethodName             = "/proompteng.jangar.v1.AgentctlService/ListArchivedRuns"
+	AgentctlService_GetArchivedRun_FullMethodName               = "/proompteng.jangar.v1.AgentctlService/GetArchivedRun"
 )
 
 // AgentctlServiceClient is the client API for AgentctlService service.
@@ -40,6 +42,18 @@ type AgentctlServiceClient interface {
 	// (in Redis, shared by its replicas) in a recent window, oldest first. FAILED_PRECONDITION when
 	// the gateway keeps no history (no Redis configured); UNAVAILABLE when Redis cannot be reached.
 	GetControlPlaneStatusHistory(ctx context.Context, in *GetControlPlaneStatusHistoryRequest, opts ...grpc.CallOption) (*ControlPlaneStatusHistory, error)
+	// ListArchivedRuns lists finished runs of the gateway's runs namespace kept in the run archive
+	// (PostgreSQL, written by job-gc), newest finished first. The caller must be allowed to list
+	// the runs' resource (agentruns, orchestrationruns) in that namespace, as for live runs; with
+	// no kind asked, only the kinds the caller may list are listed. FAILED_PRECONDITION when the
+	// gateway reads no archive; INVALID_ARGUMENT for a bad filter or cursor; UNAVAILABLE when the
+	// database cannot be reached.
+	ListArchivedRuns(ctx context.Context, in *ListArchivedRunsRequest, opts ...grpc.CallOption) (*ArchivedRunList, error)
+	// GetArchivedRun returns one archived run in full, by uid, or by kind and name (the newest
+	// archived run of that name). The caller must be allowed to get the run's resource; its
+	// Events, Jobs and logs only to a caller allowed to list events, list jobs and get pods/log
+	// there (hidden names what was left out). NOT_FOUND when no such run is archived.
+	GetArchivedRun(ctx context.Context, in *GetArchivedRunRequest, opts ...grpc.CallOption) (*ArchivedRun, error)
 }
 
 type agentctlServiceClient struct {
@@ -89,6 +103,26 @@ func (c *agentctlServiceClient) GetControlPlaneStatusHistory(ctx context.Context
 	return out, nil
 }
 
+func (c *agentctlServiceClient) ListArchivedRuns(ctx context.Context, in *ListArchivedRunsRequest, opts ...grpc.CallOption) (*ArchivedRunList, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ArchivedRunList)
+	err := c.cc.Invoke(ctx, AgentctlService_ListArchivedRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentctlServiceClient) GetArchivedRun(ctx context.Context, in *GetArchivedRunRequest, opts ...grpc.CallOption) (*ArchivedRun, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ArchivedRun)
+	err := c.cc.Invoke(ctx, AgentctlService_GetArchivedRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentctlServiceServer is the server API for AgentctlService service.
 // All implementations must embed UnimplementedAgentctlServiceServer
 // for forward compatibility.
@@ -102,6 +136,18 @@ type AgentctlServiceServer interface {
 	// (in Redis, shared by its replicas) in a recent window, oldest first. FAILED_PRECONDITION when
 	// the gateway keeps no history (no Redis configured); UNAVAILABLE when Redis cannot be reached.
 	GetControlPlaneStatusHistory(context.Context, *GetControlPlaneStatusHistoryRequest) (*ControlPlaneStatusHistory, error)
+	// ListArchivedRuns lists finished runs of the gateway's runs namespace kept in the run archive
+	// (PostgreSQL, written by job-gc), newest finished first. The caller must be allowed to list
+	// the runs' resource (agentruns, orchestrationruns) in that namespace, as for live runs; with
+	// no kind asked, only the kinds the caller may list are listed. FAILED_PRECONDITION when the
+	// gateway reads no archive; INVALID_ARGUMENT for a bad filter or cursor; UNAVAILABLE when the
+	// database cannot be reached.
+	ListArchivedRuns(context.Context, *ListArchivedRunsRequest) (*ArchivedRunList, error)
+	// GetArchivedRun returns one archived run in full, by uid, or by kind and name (the newest
+	// archived run of that name). The caller must be allowed to get the run's resource; its
+	// Events, Jobs and logs only to a caller allowed to list events, list jobs and get pods/log
+	// there (hidden names what was left out). NOT_FOUND when no such run is archived.
+	GetArchivedRun(context.Context, *GetArchivedRunRequest) (*ArchivedRun, error)
 	mustEmbedUnimplementedAgentctlServiceServer()
 }
 
@@ -120,6 +166,12 @@ func (UnimplementedAgentctlServiceServer) WatchControlPlaneStatus(*WatchControlP
 }
 func (UnimplementedAgentctlServiceServer) GetControlPlaneStatusHistory(context.Context, *GetControlPlaneStatusHistoryRequest) (*ControlPlaneStatusHistory, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetControlPlaneStatusHistory not implemented")
+}
+func (UnimplementedAgentctlServiceServer) ListArchivedRuns(context.Context, *ListArchivedRunsRequest) (*ArchivedRunList, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListArchivedRuns not implemented")
+}
+func (UnimplementedAgentctlServiceServer) GetArchivedRun(context.Context, *GetArchivedRunRequest) (*ArchivedRun, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetArchivedRun not implemented")
 }
 func (UnimplementedAgentctlServiceServer) mustEmbedUnimplementedAgentctlServiceServer() {}
 func (UnimplementedAgentctlServiceServer) testEmbeddedByValue()                         {}
@@ -189,6 +241,42 @@ func _AgentctlService_GetControlPlaneStatusHistory_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentctlService_ListArchivedRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListArchivedRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentctlServiceServer).ListArchivedRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentctlService_ListArchivedRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentctlServiceServer).ListArchivedRuns(ctx, req.(*ListArchivedRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentctlService_GetArchivedRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetArchivedRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentctlServiceServer).GetArchivedRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentctlService_GetArchivedRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentctlServiceServer).GetArchivedRun(ctx, req.(*GetArchivedRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentctlService_ServiceDesc is the grpc.ServiceDesc for AgentctlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -203,6 +291,14 @@ var AgentctlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetControlPlaneStatusHistory",
 			Handler:    _AgentctlService_GetControlPlaneStatusHistory_Handler,
+		},
+		{
+			MethodName: "ListArchivedRuns",
+			Handler:    _AgentctlService_ListArchivedRuns_Handler,
+		},
+		{
+			MethodName: "GetArchivedRun",
+			Handler:    _AgentctlService_GetArchivedRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

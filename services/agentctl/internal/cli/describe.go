@@ -34,6 +34,8 @@ type description struct {
 }
 
 func newDescribeCommand(g *globalOptions) *cobra.Command {
+	arch := &archivedOptions{}
+	var uid string
 	cmd := &cobra.Command{
 		Use:   "describe run NAME",
 		Short: "Show a run in detail: phase, times, conditions, steps, Jobs and events",
@@ -44,12 +46,29 @@ it came from (retry of, resubmit of), its parameters and conditions; for an Orch
 tree of its steps (each under the step it depends on, with its phase, duration and AgentRun);
 the run's Jobs with their pods; and its events.
 
+--archived shows a run from the run archive instead, after it has left the cluster: the newest
+archived run of that name (--uid for another), with what job-gc kept when it finished: its
+final object, conditions and steps, its Jobs' outcomes (exit codes, durations), its Events and
+the tails of its steps' logs. It is read through watch-gateway with a live run's rights: get on
+the run's resource; the Events, Jobs and logs only if you may list events, list jobs and get
+pods/log in the namespace (what is left out is named).
+
 ` + runExitCodesHelp,
 		Example: `  agentctl describe run hello
-  agentctl -n agents describe run orchestrationrun/plan-and-implement-1`,
+  agentctl -n agents describe run orchestrationrun/plan-and-implement-1
+  agentctl describe run hello --archived`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: nounCompletion("run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if arch.archived {
+				if n := strings.ToLower(args[0]); n != "run" && n != "runs" {
+					return withCode(ExitUsage, fmt.Errorf("agentctl describe describes a run: say describe run NAME, not %q", args[0]))
+				}
+				return describeArchived(cmd, g, arch, args[1], uid)
+			}
+			if err := archivedFlagsWithout(cmd); err != nil {
+				return err
+			}
 			k, r, err := g.targetRun(cmd.Context(), args[0], args[1], "describe")
 			if err != nil {
 				return err
@@ -61,6 +80,8 @@ the run's Jobs with their pods; and its events.
 			return d.print(cmd.OutOrStdout(), now())
 		},
 	}
+	addArchivedFlags(cmd, arch, false)
+	cmd.Flags().StringVar(&uid, "uid", "", "with --archived: the archived run with this uid (a name can have been used by several runs)")
 	return cmd
 }
 

@@ -77,7 +77,7 @@ func (g *gateway) WatchControlPlaneStatus(_ *jangarv1.WatchControlPlaneStatusReq
 	return nil
 }
 
-func serveGateway(t *testing.T, g *gateway) string {
+func serveGateway(t *testing.T, g jangarv1.AgentctlServiceServer) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -17,6 +17,7 @@ func newGetCommand(g *globalOptions) *cobra.Command {
 	var selector string
 	var allNamespaces, watchFlag bool
 	var out *outputFlags
+	arch := &archivedOptions{}
 	cmd := &cobra.Command{
 		Use:   "get (runs|agentruns|orchestrationruns) [NAME...]",
 		Short: "List runs: AgentRuns and OrchestrationRuns, with their phase, steps and duration",
@@ -30,19 +31,35 @@ age; -o wide adds the reason, where it came from (retry of, resubmit of) and the
 does (a List when a kind was listed). --watch prints each change after the list, until
 interrupted.
 
+--archived lists finished runs from the run archive instead (PostgreSQL, written by job-gc before
+a run is deleted, by retention or by hand), newest finished first, read through watch-gateway as
+agentctl status history reads it; your rights are a live run's (list agentruns or
+orchestrationruns in the namespace). --phase, --agent, --since and --until filter it, --limit and
+--continue page through it.
+
 ` + runExitCodesHelp,
 		Example: `  agentctl get runs
   agentctl get runs -A -o wide
   agentctl get agentruns -l agents.proompteng.ai/agent=codex
   agentctl get orchestrationruns plan-and-implement-1 -o yaml
   agentctl get runs -o custom-columns=NAME:.metadata.name,PHASE:.status.phase --no-headers
-  agentctl get runs --watch`,
+  agentctl get runs --watch
+  agentctl get runs --archived --phase Failed --since 168h`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: nounCompletion("runs", "agentruns", "orchestrationruns"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kinds, ok := runKindNames[strings.ToLower(args[0])]
 			if !ok {
 				return withCode(ExitUsage, fmt.Errorf("agentctl get lists runs: %q is not runs, agentruns or orchestrationruns (kubectl get lists anything else)", args[0]))
+			}
+			if arch.archived {
+				if err := archivedOnly(cmd, "selector", "all-namespaces", "watch", "no-headers", "show-labels", "template"); err != nil {
+					return err
+				}
+				return getArchived(cmd, g, arch, kinds, args[1:], *out.print.OutputFormat)
+			}
+			if err := archivedFlagsWithout(cmd); err != nil {
+				return err
 			}
 			p, err := out.printer(allNamespaces)
 			if err != nil {
@@ -87,6 +104,7 @@ interrupted.
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list runs in every namespace")
 	cmd.Flags().BoolVarP(&watchFlag, "watch", "w", false, "after the list, print each change until interrupted")
 	out = newOutputFlags(cmd)
+	addArchivedFlags(cmd, arch, true)
 	return cmd
 }
 

@@ -89,7 +89,12 @@ func NewReviewer(kc kubernetes.Interface, namespace string, o ReviewerOptions) *
 // of namespace (get or patch agentruns, say): a LocalSubjectAccessReview per user and verb,
 // cached like the status Reviewer's. Tokens it is given are reviewed with o.Audiences.
 func NewResourceReviewer(kc kubernetes.Interface, namespace, group, resource string, o ReviewerOptions) *Reviewer {
-	o.Authorize = lib.SubjectAccess(kc, namespace, lib.ResourceAttributes{Group: group, Resource: resource}, o.OnReview)
+	return NewSubresourceReviewer(kc, namespace, group, resource, "", o)
+}
+
+// NewSubresourceReviewer is NewResourceReviewer for a subresource (get pods/log, say).
+func NewSubresourceReviewer(kc kubernetes.Interface, namespace, group, resource, subresource string, o ReviewerOptions) *Reviewer {
+	o.Authorize = lib.SubjectAccess(kc, namespace, lib.ResourceAttributes{Group: group, Resource: resource, Subresource: subresource}, o.OnReview)
 	if o.MissingToken == "" {
 		o.MissingToken = "sign in to the console, or send Authorization: Bearer <token>"
 	}

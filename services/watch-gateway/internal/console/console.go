@@ -93,6 +93,8 @@ type Console struct {
 	Client      versioned.Interface
 	HasHistory  bool
 	HistoryKeep time.Duration
+	// HasArchive: the gateway reads the run archive (gateway.ArchivePath), which History lists.
+	HasArchive bool
 	// CancelDisabled hides Cancel and refuses it (JANGAR_CONSOLE_CANCEL_ENABLED=false).
 	CancelDisabled bool
 	// OnCancel, when set, is told of each cancel the console made (metrics).
@@ -279,11 +281,12 @@ type sessionReply struct {
 	User      string `json:"user,omitempty"`
 	CSRF      string `json:"csrf,omitempty"`
 	History   bool   `json:"history"`
+	Archive   bool   `json:"archive"`
 	Retention string `json:"retention,omitempty"`
 }
 
 func (c *Console) reply(s session.Session, signedIn bool) sessionReply {
-	out := sessionReply{Mode: string(c.Mode), Namespace: c.Namespace, SignedIn: signedIn, History: c.HasHistory}
+	out := sessionReply{Mode: string(c.Mode), Namespace: c.Namespace, SignedIn: signedIn, History: c.HasHistory, Archive: c.HasArchive}
 	if c.HasHistory {
 		out.Retention = c.HistoryKeep.String()
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentplane/agentplane/libs/health"
+	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 )
 
@@ -21,7 +22,8 @@ const (
 	APIGroup   = "gateway.agents.proompteng.ai"
 	APIVersion = "v1alpha1"
 	// The resources, all namespaced: the control plane's status (get, and ?watch=true for the
-	// stream), its recorded transitions, and the runs stream of the runs namespace.
+	// stream), its recorded transitions, the runs stream of the runs namespace, and its archived
+	// runs (ResourceArchivedRuns: list, and get by uid).
 	ResourceStatus  = "controlplanestatus"
 	ResourceHistory = "controlplanestatushistory"
 	ResourceRuns    = "runs"
@@ -71,9 +73,13 @@ func (a *Aggregated) Handler() http.Handler {
 		case p == "/apis/"+APIGroup:
 			writeJSON(w, group())
 		case p == base:
-			writeJSON(w, resources(a.Runs != nil))
+			writeJSON(w, resources(a.Runs != nil, a.Gateway.archive != nil))
 		case strings.HasPrefix(p, base+"/namespaces/"):
 			parts := strings.Split(strings.TrimPrefix(p, base+"/namespaces/"), "/")
+			if len(parts) == 3 && parts[1] == ResourceArchivedRuns {
+				a.serveArchive(w, r, parts[0], parts[2])
+				return
+			}
 			if len(parts) != 2 {
 				http.Error(w, "no such resource: the gateway serves namespaces/NAMESPACE/{"+ResourceStatus+","+ResourceHistory+","+ResourceRuns+"}", http.StatusNotFound)
 				return
@@ -83,6 +89,29 @@ func (a *Aggregated) Handler() http.Handler {
 			http.Error(w, "no such path: the gateway serves "+base, http.StatusNotFound)
 		}
 	})
+}
+
+// serveArchive lists the archived runs (uid "") or gets one, for the user the API server vouched
+// for, with the rights a live run needs.
+func (a *Aggregated) serveArchive(w http.ResponseWriter, r *http.Request, ns, uid string) {
+	g := a.Gateway
+	if g.archive == nil {
+		http.Error(w, noArchive, http.StatusNotFound)
+		return
+	}
+	if ns != g.archive.namespace {
+		http.Error(w, "this gateway serves the archived runs of namespace "+g.archive.namespace+", not "+ns, http.StatusNotFound)
+		return
+	}
+	if r.URL.Query().Get("watch") != "" {
+		http.Error(w, "archived runs do not change: list them (no ?watch)", http.StatusBadRequest)
+		return
+	}
+	if uid == "" {
+		g.serveArchiveList(w, r, ns)
+		return
+	}
+	g.serveArchivedRun(w, r, &jangarv1.GetArchivedRunRequest{Namespace: ns, Uid: uid})
 }
 
 func (a *Aggregated) serveResource(w http.ResponseWriter, r *http.Request, ns, resource string, history http.Handler) {
@@ -110,6 +139,8 @@ func (a *Aggregated) serveResource(w http.ResponseWriter, r *http.Request, ns, r
 		cur := g.hub.Current()
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, health.Event{Type: health.Snapshot, GeneratedAt: cur.GeneratedAt, Items: cur.Items})
+	case ResourceArchivedRuns:
+		a.serveArchive(w, r, ns, "")
 	case ResourceRuns:
 		if a.Runs == nil || g.runs.hub == nil {
 			http.Error(w, "this gateway serves no runs stream (its console is off)", http.StatusNotFound)
@@ -125,7 +156,7 @@ func (a *Aggregated) serveResource(w http.ResponseWriter, r *http.Request, ns, r
 		}
 		g.serveFeed(w, asStream(r), feed{hub: g.runs.hub, auth: a.Runs})
 	default:
-		http.Error(w, "no resource "+resource+": the gateway serves "+ResourceStatus+", "+ResourceHistory+" and "+ResourceRuns, http.StatusNotFound)
+		http.Error(w, "no resource "+resource+": the gateway serves "+ResourceStatus+", "+ResourceHistory+", "+ResourceRuns+" and "+ResourceArchivedRuns, http.StatusNotFound)
 	}
 }
 
@@ -164,12 +195,15 @@ func group() metav1.APIGroup {
 		Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv}
 }
 
-func resources(runs bool) metav1.APIResourceList {
+func resources(runs, archived bool) metav1.APIResourceList {
 	l := metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: APIGroup + "/" + APIVersion,
 		APIResources: []metav1.APIResource{
 			{Name: ResourceStatus, SingularName: ResourceStatus, Namespaced: true, Kind: "ControlPlaneStatus", Verbs: metav1.Verbs{"get", "list", "watch"}},
 			{Name: ResourceHistory, SingularName: ResourceHistory, Namespaced: true, Kind: "ControlPlaneStatusHistory", Verbs: metav1.Verbs{"get", "list"}},
 		}}
+	if archived {
+		l.APIResources = append(l.APIResources, metav1.APIResource{Name: ResourceArchivedRuns, SingularName: "archivedrun", Namespaced: true, Kind: "ArchivedRun", Verbs: metav1.Verbs{"get", "list"}})
+	}
 	if runs {
 		l.APIResources = append(l.APIResources, metav1.APIResource{Name: ResourceRuns, SingularName: "run", Namespaced: true, Kind: "RunEvent", Verbs: metav1.Verbs{"watch"}})
 	}

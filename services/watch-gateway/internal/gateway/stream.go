@@ -46,6 +46,7 @@ type Gateway struct {
 	runs      feed
 	sessions  *session.Keys
 	history   *history.Store
+	archive   *archived
 	namespace string
 	heartbeat time.Duration
 	limits    *streamLimits

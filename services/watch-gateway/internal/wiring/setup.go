@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/app"
+	"github.com/agentplane/agentplane/libs/archive"
 	"github.com/agentplane/agentplane/libs/config"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/kubeclient"
@@ -70,6 +72,9 @@ type Config struct {
 	// The status history in Redis (package history).
 	HistoryRetention  time.Duration
 	HistoryMaxEntries int
+	// Archive is the run archive job-gc writes (JANGAR_ARCHIVE_URL, ...); the gateway reads it
+	// when it is set.
+	Archive archive.Config
 	// APIServiceAddr, when set, serves the aggregated API (gateway.APIGroup) there, over the
 	// gateway's TLS, to the Kubernetes API server only (its front-proxy client certificate).
 	APIServiceAddr string
@@ -104,6 +109,7 @@ func LoadConfig(env *config.Env, svc config.Service) (Config, error) {
 		HistoryRetention:  env.Duration("JANGAR_WATCH_HISTORY_RETENTION", 24*time.Hour),
 		HistoryMaxEntries: env.Int("JANGAR_WATCH_HISTORY_MAX_ENTRIES", 50000),
 		APIServiceAddr:    env.String("JANGAR_APISERVICE_ADDR", ""),
+		Archive:           archive.LoadConfig(env),
 	}
 	mode, err := access.ParseMode(env.String("JANGAR_WATCH_AUTH_MODE", "none"))
 	if err != nil {
@@ -224,12 +230,8 @@ func Setup(ctx context.Context, rt *app.Runtime) error {
 	// A span per stream request covers its admission: parameters, access, the first events (a
 	// watch over HTTP/1.1 then leaves the handler; its deltas are counted in metrics, not spans).
 	mux.Handle("GET "+gateway.StreamPath, otelhttp.NewHandler(gw, "GET "+gateway.StreamPath))
-	if rdb != nil {
-		store := history.New(rdb, c.Namespace, history.Options{Retention: c.HistoryRetention, MaxEntries: int64(c.HistoryMaxEntries), Registerer: rt.Registry})
-		gw.KeepHistory(store)
-		rt.Go("status history", func(ctx context.Context) error { return store.Follow(ctx, hub) })
-	}
-	mux.Handle("GET "+gateway.HistoryPath, otelhttp.NewHandler(gw.HistoryHandler(), "GET "+gateway.HistoryPath))
+	setupHistory(rt, c, rdb, hub, gw, mux)
+	setupArchive(rt, c, kc, gw, mux, reviewOpts)
 	var runsAuth gateway.Authorizer // who may watch the runs: nil without the console
 	if c.Console {
 		if runsAuth, err = setupConsole(rt, c, clients, gw, mux, statusReviewer, reviewOpts, tlsCfg != nil); err != nil {
@@ -319,6 +321,44 @@ func serveAggregated(ctx context.Context, rt *app.Runtime, c Config, kc kubernet
 	return nil
 }
 
+// setupHistory keeps the status history in Redis, when there is one, and serves it.
+func setupHistory(rt *app.Runtime, c Config, rdb redis.UniversalClient, hub *health.Hub, gw *gateway.Gateway, mux *http.ServeMux) {
+	if rdb != nil {
+		store := history.New(rdb, c.Namespace, history.Options{Retention: c.HistoryRetention, MaxEntries: int64(c.HistoryMaxEntries), Registerer: rt.Registry})
+		gw.KeepHistory(store)
+		rt.Go("status history", func(ctx context.Context) error { return store.Follow(ctx, hub) })
+	}
+	mux.Handle("GET "+gateway.HistoryPath, otelhttp.NewHandler(gw.HistoryHandler(), "GET "+gateway.HistoryPath))
+}
+
+// setupArchive serves the run archive's reads, over HTTP and gRPC (and the aggregated API), to
+// callers allowed to read the same runs live, when JANGAR_ARCHIVE_URL names one.
+func setupArchive(rt *app.Runtime, c Config, kc kubernetes.Interface, gw *gateway.Gateway, mux *http.ServeMux, reviewOpts access.ReviewerOptions) {
+	if !c.Archive.Enabled() {
+		return
+	}
+	ns := c.RunsNamespace
+	acc := gateway.ArchiveAccess{
+		Kinds: map[string]gateway.Authorizer{
+			runs.KindAgentRun:         access.NewResourceReviewer(kc, ns, agentsv1alpha1.GroupVersion.Group, "agentruns", reviewOpts),
+			runs.KindOrchestrationRun: access.NewResourceReviewer(kc, ns, orchv1alpha1.GroupVersion.Group, "orchestrationruns", reviewOpts),
+		},
+		Parts: map[string]gateway.Authorizer{
+			gateway.ArchiveEvents: access.NewResourceReviewer(kc, ns, "", "events", reviewOpts),
+			gateway.ArchiveJobs:   access.NewResourceReviewer(kc, ns, "batch", "jobs", reviewOpts),
+			gateway.ArchiveLogs:   access.NewSubresourceReviewer(kc, ns, "", "pods", "log", reviewOpts),
+		},
+		Check: c.AuthMode == access.Token,
+	}
+	store := &lazyArchive{cfg: c.Archive, log: func(err error) { rt.Logger.Warn("the run archive cannot be read", "err", err) }}
+	gw.ServeArchive(store, ns, acc)
+	rt.Go("run archive reader", func(ctx context.Context) error { <-ctx.Done(); store.Close(); return nil })
+	h := otelhttp.NewHandler(gw.ArchiveHandler(), "GET "+gateway.ArchivePath)
+	mux.Handle("GET "+gateway.ArchivePath, h)
+	mux.Handle("GET "+gateway.ArchivePath+"/", h)
+	rt.Logger.Info("run archive", "reads", gateway.ArchivePath, "namespace", ns)
+}
+
 // setupConsole serves the runs stream and the web console; it returns who may watch the runs.
 func setupConsole(rt *app.Runtime, c Config, clients kubeclient.Clients, gw *gateway.Gateway, mux *http.ServeMux,
 	statusReviewer *access.Reviewer, reviewOpts access.ReviewerOptions, overTLS bool) (gateway.Authorizer, error) {
@@ -371,7 +411,7 @@ func setupConsole(rt *app.Runtime, c Config, clients kubeclient.Clients, gw *gat
 		console.ReadOrchestrations: access.NewResourceReviewer(clients.Kube, c.RunsNamespace, orchv1alpha1.GroupVersion.Group, "orchestrations", reviewOpts),
 	}
 	con := &console.Console{Mode: c.AuthMode, Namespace: c.RunsNamespace, Sessions: keys, Kinds: kinds, Reads: reads, Runs: src,
-		Kube: clients.Kube, Client: ours, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention,
+		Kube: clients.Kube, Client: ours, HasHistory: gw.KeepsHistory(), HistoryKeep: c.HistoryRetention, HasArchive: gw.ServesArchive(),
 		CancelDisabled: !c.ConsoleCancel, OnCancel: func(kind, outcome string) { cancels.WithLabelValues(kind, outcome).Inc() }}
 	if statusReviewer != nil {
 		con.Status = statusReviewer

@@ -7,6 +7,7 @@
   const STATUS_STREAM = "/api/agents/control-plane/status/stream";
   const RUNS_STREAM = "/api/agents/runs/stream";
   const HISTORY = "/api/agents/control-plane/status/history";
+  const ARCHIVE = "/api/agents/runs/archive";
   const TERMINAL = new Set(["Succeeded", "Failed", "Cancelled"]);
   const SVG = "http://www.w3.org/2000/svg";
 
@@ -183,7 +184,7 @@
   function onHealthChange() {
     if (state.view === "history") {
       clearTimeout(historyTimer);
-      historyTimer = setTimeout(loadHistory, 1000);
+      if (state.session && state.session.history) historyTimer = setTimeout(loadHistory, 1000);
     }
   }
 
@@ -555,12 +556,88 @@
   }
   $("history-since").addEventListener("change", loadHistory);
 
+  // ---- the run archive: finished runs that have left the cluster ----
+  const archive = { next: "", rows: [] };
+  async function loadArchive(more) {
+    if (!state.session || !state.session.archive) return;
+    const q = new URLSearchParams({ limit: "50" });
+    if ($("archive-kind").value) q.set("kind", $("archive-kind").value);
+    if ($("archive-phase").value) q.set("phase", $("archive-phase").value);
+    if (more && archive.next) q.set("cursor", archive.next);
+    let page;
+    try {
+      page = await api(ARCHIVE + "?" + q.toString());
+    } catch (e) {
+      if (e.status === 401) { showSignIn(); return; }
+      setText($("archive-state"), e.message);
+      return;
+    }
+    archive.rows = more ? archive.rows.concat(page.runs || []) : (page.runs || []);
+    archive.next = page.next_cursor || "";
+    setText($("archive-state"), archive.rows.length + " shown" + ((page.hidden || []).length ? " · " + page.hidden.join("; ") : ""));
+    $("archive-more").hidden = !archive.next;
+    fillTable($("archive"), archive.rows, (r) => [r.kind, el("a", { href: "#/archived/" + encodeURIComponent(r.uid), "data-uid": r.uid, text: r.name }),
+      el("span", { class: "phase phase-" + r.phase, text: r.phase }), r.agent || "", when(r.finished_at),
+      duration({ started: r.created_at, finished: r.finished_at })]);
+  }
+  $("archive-kind").addEventListener("change", () => loadArchive(false));
+  $("archive-phase").addEventListener("change", () => loadArchive(false));
+  $("archive-more").addEventListener("click", () => loadArchive(true));
+
+  async function loadArchived(uid) {
+    const err = $("archived-error");
+    err.hidden = true;
+    for (const id of ["archived-conditions", "archived-steps", "archived-jobs", "archived-events"]) $(id).tBodies[0].replaceChildren();
+    $("archived-logs").replaceChildren();
+    $("archived-facts").replaceChildren();
+    let r;
+    try {
+      r = await api(ARCHIVE + "/" + encodeURIComponent(uid));
+    } catch (e) {
+      if (e.status === 401) { showSignIn(); return; }
+      setText(err, e.message);
+      err.hidden = false;
+      return;
+    }
+    const s = r.summary || {};
+    const obj = r.object || {};
+    const st = obj.status || {};
+    setText($("archived-kind"), s.kind || "");
+    setText($("archived-name"), s.name || "");
+    setText($("archived-phase"), s.phase || "");
+    setClass($("archived-phase"), "phase phase-" + (s.phase || ""));
+    const facts = [["Namespace", s.namespace], ["UID", s.uid], ["Agent", s.agent], ["Created", when(s.created_at)], ["Finished", when(s.finished_at)],
+      ["Duration", duration({ started: s.created_at, finished: s.finished_at })], ["Archived", when(s.archived_at)],
+      ["Reason", st.reason], ["Message", st.message]];
+    const frag = document.createDocumentFragment();
+    for (const [k, v] of facts) if (v) frag.append(el("dt", { text: k }), el("dd", { text: v }));
+    $("archived-facts").replaceChildren(frag);
+    fillTable($("archived-conditions"), st.conditions || [], (c) => [c.type, el("span", { class: "status " + (c.status === "True" ? "status-healthy" : c.status === "False" ? "status-error" : "status-unknown"), text: c.status }),
+      c.reason || "", c.message || "", when(c.lastTransitionTime)]);
+    $("archived-steps-box").hidden = !st.stepStatuses;
+    fillTable($("archived-steps"), st.stepStatuses || [], (p) => [p.name, p.phase || "Pending", (p.resourceRef && p.resourceRef.name) || ""]);
+    fillTable($("archived-jobs"), r.jobs || [], (j) => [j.name, j.step || "", j.succeeded ? "Succeeded" : "Failed",
+      j.exit_code === undefined ? "" : String(j.exit_code), when(j.started), when(j.finished), j.reason || ""]);
+    fillTable($("archived-events"), r.events || [], (e) => [el("span", { class: e.type === "Warning" ? "error" : "", text: e.type }), e.reason, e.message,
+      String(e.count || 1), when(e.last), e.involved || ""]);
+    const logs = document.createDocumentFragment();
+    for (const l of r.logs || []) {
+      logs.append(el("h3", { text: l.pod + " / " + l.container + (l.truncated ? " (its tail)" : "") }));
+      logs.append(l.error ? el("p", { class: "error", text: "not read: " + l.error }) : el("pre", { class: "log", text: l.tail || "" }));
+    }
+    if (!(r.logs || []).length) logs.append(el("p", { class: "meta", text: "none" }));
+    $("archived-logs").replaceChildren(logs);
+    const hid = $("archived-hidden");
+    hid.hidden = !(r.hidden || []).length;
+    setText(hid, (r.hidden || []).join(" "));
+  }
+
   // ---- views ----
-  const VIEWS = ["loading", "signin", "health", "runs", "run", "history"];
+  const VIEWS = ["loading", "signin", "health", "runs", "run", "history", "archived"];
   function show(view) {
     state.view = view;
     for (const v of VIEWS) $("view-" + v).hidden = v !== view;
-    for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("current", a.dataset.view === view || (view === "run" && a.dataset.view === "runs"));
+    for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("current", a.dataset.view === view || (view === "run" && a.dataset.view === "runs") || (view === "archived" && a.dataset.view === "history"));
   }
   function route() {
     if (!state.session || !state.session.signed_in) return;
@@ -580,8 +657,16 @@
       return;
     }
     state.runKey = null;
+    const a = /^#\/archived\/(.+)$/.exec(h);
+    if (a) { show("archived"); loadArchived(decodeURIComponent(a[1])); return; }
     if (h.startsWith("#/runs")) show("runs");
-    else if (h.startsWith("#/history")) { show("history"); loadHistory(); }
+    else if (h.startsWith("#/history")) {
+      show("history");
+      $("history-status-box").hidden = !state.session.history;
+      $("archive-box").hidden = !state.session.archive;
+      if (state.session.history) loadHistory();
+      loadArchive(false);
+    }
     else show("health");
   }
   window.addEventListener("hashchange", route);
@@ -604,7 +689,7 @@
     setText($("namespace"), "namespace " + s.namespace);
     setText($("who"), s.user ? "signed in as " + s.user : "");
     $("signout").hidden = s.mode !== "token";
-    $("nav").querySelector("[data-view=history]").hidden = !s.history;
+    $("nav").querySelector("[data-view=history]").hidden = !s.history && !s.archive;
     if (state.streams.length === 0) {
       // A heartbeat every 10 s (the streams' default is 30 s), so the page's "last heartbeat" and
       // its state are fresh.
