@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/agentplane/agentplane/libs/archive"
 	"github.com/agentplane/agentplane/libs/health"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/gateway"
@@ -77,13 +79,32 @@ func TestTheAPIServerServesTheGatewayToTheUsersItAuthenticated(t *testing.T) {
 	}
 	// The default mode (none): the gateway's own ports take no credential, and listen on loopback
 	// only; the aggregated API's port is authenticated by the API server whatever the mode.
+	// With a run archive holding one AgentRun of default.
+	pg, err := testenv.StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Close() })
+	writer, err := archive.Open(ctx, archive.Config{URL: pg.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	at := time.Now().Add(-time.Hour).UTC()
+	if err := writer.Put(ctx, archive.Record{Summary: archive.Summary{UID: "u-agg", Kind: "AgentRun", Namespace: "default", Name: "archived-hello",
+		Phase: "Succeeded", CreatedAt: at, FinishedAt: at.Add(time.Minute)}, Object: json.RawMessage(`{}`),
+		Events: []archive.Event{{Type: "Normal", Reason: "Succeeded", Message: "done", First: at, Last: at}}}); err != nil {
+		t.Fatal(err)
+	}
 	run(t, map[string]string{"JANGAR_APISERVICE_ADDR": net.JoinHostPort(ip, fmt.Sprint(port)),
-		"JANGAR_WATCH_TLS_CERT_FILE": certFile, "JANGAR_WATCH_TLS_KEY_FILE": keyFile})
+		"JANGAR_WATCH_TLS_CERT_FILE": certFile, "JANGAR_WATCH_TLS_KEY_FILE": keyFile,
+		archive.EnvURL: (&url.URL{Scheme: "postgres", User: url.User(pg.User), Host: pg.Addr, Path: "/postgres", RawQuery: "sslmode=disable"}).String(),
+		archive.EnvPassword: pg.Password})
 	if err := env.APIService(ctx, "default", "watch-gateway", gateway.APIGroup, gateway.APIVersion, caPEM, ip, port); err != nil {
 		t.Fatal(err)
 	}
 
-	aggregated := rbacv1.PolicyRule{APIGroups: []string{gateway.APIGroup}, Resources: []string{"controlplanestatus", "controlplanestatushistory", "runs"},
+	aggregated := rbacv1.PolicyRule{APIGroups: []string{gateway.APIGroup}, Resources: []string{"controlplanestatus", "controlplanestatushistory", "runs", "archivedruns"},
 		Verbs: []string{"get", "list", "watch"}}
 	viewer := grant(ctx, t, "agg-viewer", aggregated,
 		rbacv1.PolicyRule{APIGroups: []string{"agents.proompteng.ai"}, Resources: []string{"controlplane/status"}, Verbs: []string{"get", "watch"}})
@@ -147,6 +168,25 @@ func TestTheAPIServerServesTheGatewayToTheUsersItAuthenticated(t *testing.T) {
 		err := viewer.CoreV1().RESTClient().Get().AbsPath(aggBase+"runs").Param("watch", "true").Do(rctx).Error()
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "agentruns") {
 			t.Fatalf("runs as a status viewer: %v, want Forbidden naming agentruns (the gateway's check)", err)
+		}
+	})
+	t.Run("archived runs through the API server need the runs' own rights", func(t *testing.T) {
+		if _, err := get(viewer, "archivedruns"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not list") {
+			t.Fatalf("archived runs as a status viewer: %v, want Forbidden (the gateway's check of the runs)", err)
+		}
+		reader := grant(ctx, t, "agg-archive-reader", aggregated,
+			rbacv1.PolicyRule{APIGroups: []string{"agents.proompteng.ai"}, Resources: []string{"agentruns"}, Verbs: []string{"get", "list"}})
+		raw, err := get(reader, "archivedruns")
+		if err != nil || !strings.Contains(string(raw), `"name":"archived-hello"`) || !strings.Contains(string(raw), "may not list orchestrationruns") {
+			t.Fatalf("archived runs as a reader of AgentRuns: %s %v", raw, err)
+		}
+		raw, err = get(reader, "archivedruns/u-agg")
+		if err != nil || !strings.Contains(string(raw), `"uid":"u-agg"`) || strings.Contains(string(raw), `"reason":"Succeeded"`) ||
+			!strings.Contains(string(raw), "events not shown: you may not list events in default") {
+			t.Fatalf("an archived run as a reader without list events: %s %v", raw, err)
+		}
+		if _, err := get(nobody, "archivedruns"); !apierrors.IsForbidden(err) {
+			t.Fatalf("archived runs without the aggregated resource: %v, want the API server's Forbidden", err)
 		}
 	})
 	t.Run("the API server refuses a user without the aggregated resource", func(t *testing.T) {

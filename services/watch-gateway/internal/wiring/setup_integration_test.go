@@ -97,6 +97,7 @@ func run(t *testing.T, vars map[string]string) (grpcAddr, streamURL string) {
 		_, port, _ := net.SplitHostPort(a.String())
 		return "127.0.0.1:" + port, "https://" + httpAddr + "/api/agents/control-plane/status/stream"
 	case err := <-done:
+		done <- nil // the cleanup above waits for the service: it has stopped
 		t.Fatalf("service did not start: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("service did not start in 30s")
