@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/agentplane/agentplane/libs/archive"
 	"github.com/agentplane/agentplane/libs/testenv"
 )
 
@@ -159,5 +160,55 @@ func TestRedisImage(t *testing.T) {
 	}
 	if err := redisPing(ctx, endpoint); err != nil {
 		t.Fatalf("PING %s: %v", endpoint, err)
+	}
+}
+
+// TestPostgresImageHoldsTheArchive (#37): the PostgreSQL image the container suites assemble
+// from the machine's Debian binaries starts as a non-root user and serves the run archive: the
+// writer migrates it, a reader reads what was written.
+func TestPostgresImageHoldsTheArchive(t *testing.T) {
+	needDocker(t)
+	ctx := context.Background()
+	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			FromDockerfile: postgresImage(t),
+			ExposedPorts:   []string{"5432/tcp"},
+			WaitingFor:     wait.ForLog("database system is ready to accept connections").WithStartupTimeout(60 * time.Second),
+		},
+		Started: true,
+	})
+	testcontainers.CleanupContainer(t, c)
+	if err != nil {
+		t.Fatalf("start postgres: %v", err)
+	}
+	endpoint, err := c.PortEndpoint(ctx, "5432/tcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := archive.Config{URL: "postgres://agentplane@" + endpoint + "/postgres?sslmode=disable"}
+	w, err := archive.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the writer on the image's database: %v", err)
+	}
+	defer w.Close()
+	at := time.Now().UTC()
+	if err := w.Put(ctx, archive.Record{Summary: archive.Summary{UID: "u-image", Kind: "AgentRun", Namespace: "agents", Name: "hello", Phase: "Succeeded",
+		CreatedAt: at, FinishedAt: at}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := archive.OpenReader(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if p, err := r.List(ctx, archive.Query{Namespace: "agents"}); err != nil || len(p.Runs) != 1 || p.Runs[0].Name != "hello" {
+		t.Fatalf("the reader: %+v %v", p, err)
+	}
+	inspect, err := c.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := inspect.Config.User; u != "65532:65532" {
+		t.Errorf("the image runs as %q, want 65532:65532", u)
 	}
 }

@@ -8,11 +8,16 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 // serviceImage returns the build of one service's image as `make images` builds it:
@@ -108,4 +113,109 @@ func redisPing(ctx context.Context, addr string) error {
 		return errorf("reply %q", line)
 	}
 	return nil
+}
+
+// postgresImage assembles a PostgreSQL image from this machine's Debian binaries (the server,
+// its modules, the share files and the time zones, the shared libraries ldd lists), as
+// redisImage does, with a data directory initdb made here: user agentplane, trust over TCP (a
+// test network's database), no Unix socket, no JIT. It listens on 5432 as uid 65532.
+func postgresImage(t *testing.T) testcontainers.FromDockerfile {
+	t.Helper()
+	bin, err := testenv.PostgresBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgRoot := filepath.Dir(bin)                                                  // /usr/lib/postgresql/15
+	share := filepath.Join("/usr/share/postgresql", filepath.Base(pgRoot)) // /usr/share/postgresql/15
+	dir, err := os.MkdirTemp("", "agentplane-pg-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // G302: initdb, as the postgres user, goes through it
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	libs := map[string]bool{}
+	addLibs := func(file string) {
+		out, err := exec.Command("ldd", file).Output()
+		if err != nil {
+			t.Fatalf("ldd %s: %v", file, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") && !libs[f] {
+				libs[f] = true
+				real, err := filepath.EvalSymlinks(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copyFile(t, real, filepath.Join(rootfs, f), 0o755)
+			}
+		}
+	}
+	server := filepath.Join(pgRoot, "bin", "postgres")
+	copyFile(t, server, filepath.Join(rootfs, server), 0o755)
+	addLibs(server)
+	mods, _ := filepath.Glob(filepath.Join(pgRoot, "lib", "*.so"))
+	for _, m := range mods {
+		if strings.HasPrefix(filepath.Base(m), "llvmjit") { // LLVM alone is over 100 MB; jit is off
+			continue
+		}
+		copyFile(t, m, filepath.Join(rootfs, m), 0o644)
+		addLibs(m)
+	}
+	for _, tree := range []string{share, "/usr/share/zoneinfo"} {
+		into := filepath.Join(rootfs, filepath.Dir(tree))
+		if err := os.MkdirAll(into, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-R", "-L", tree, into).CombinedOutput(); err != nil {
+			t.Fatalf("copy %s: %v\n%s", tree, err, out)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("postgres:x:65532:65532:PostgreSQL:/var/lib/postgresql:/nonexistent\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The data directory, made by initdb as Debian's postgres user (PostgreSQL refuses root);
+	// the image's COPY gives it to 65532.
+	data := filepath.Join(dir, "pgdata", "data") // copied as a directory, so its 0700 stays
+	if err := os.MkdirAll(filepath.Dir(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	initdb := exec.Command(filepath.Join(pgRoot, "bin", "initdb"), "-D", data, "-U", "agentplane", "--auth-host=trust", "--auth-local=trust",
+		"--encoding=UTF8", "--no-locale", "--no-sync") // the image has no locales: C
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("no postgres user to run initdb as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(filepath.Dir(data), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		initdb.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}} //nolint:gosec // G115: uids fit
+	}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = hba.WriteString("host all all 0.0.0.0/0 trust\n")
+	_ = hba.Close()
+	dockerfile := `FROM scratch
+COPY rootfs/ /
+COPY --chown=65532:65532 pgdata/ /var/lib/postgresql/
+USER 65532:65532
+ENTRYPOINT ["` + server + `", "-D", "/var/lib/postgresql/data", "-c", "listen_addresses=*", "-c", "unix_socket_directories=", "-c", "jit=off", "-c", "fsync=off"]
+`
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return testcontainers.FromDockerfile{Context: dir, Dockerfile: "Dockerfile", Repo: "agentplane/postgres", Tag: "e2e", KeepImage: true}
 }
