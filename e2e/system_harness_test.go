@@ -71,6 +71,7 @@ type system struct {
 	net                    *testcontainers.DockerNetwork
 	hostIP                 string // the network's gateway: the host, as containers see it
 	redis, jaeger          *sysContainer
+	postgres               *sysContainer // the run archive job-gc writes and watch-gateway reads
 	svc                    map[string]*sysContainer
 	kube                   kubernetes.Interface
 	dyn                    dynamic.Interface
@@ -140,6 +141,7 @@ func startSystem(t *testing.T) *system {
 	s.dyn = dynamic.NewForConfigOrDie(cfg)
 
 	s.redis = s.startRedis()
+	s.postgres = s.startPostgres()
 	for _, name := range sysStartOrder {
 		s.svc[name] = s.startService(name)
 	}
@@ -257,6 +259,19 @@ func (s *system) startRedis() *sysContainer {
 	return sc
 }
 
+func (s *system) startPostgres() *sysContainer {
+	sc := &sysContainer{name: "postgres", aliases: []string{"postgres"}}
+	s.start(sc, testcontainers.ContainerRequest{
+		FromDockerfile: postgresImage(s.t),
+		ExposedPorts:   []string{"5432/tcp"},
+		WaitingFor:     wait.ForLog("database system is ready to accept connections").WithStartupTimeout(60 * time.Second),
+	})
+	return sc
+}
+
+// sysArchiveURL is the run archive in the system's PostgreSQL (trust on its network).
+const sysArchiveURL = "postgres://agentplane@postgres:5432/postgres?sslmode=disable"
+
 // chartValues are the values each release gets here: what any install sets (where Redis and the
 // OTLP collector are) plus what the scenarios need (Job TTL 0, a short missing-Job grace, quick
 // heartbeats, and the gateway's targets, since no Deployments exist for it to discover).
@@ -269,7 +284,8 @@ func (s *system) chartValues(name string) []string {
 	case "run-controller":
 		v = append(v, "--set", "controller.jobTtlSecondsAfterFinished=0")
 	case "job-gc":
-		v = append(v, "--set", "env.vars.JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS="+strconv.Itoa(s.missingJobGraceSeconds))
+		v = append(v, "--set", "env.vars.JANGAR_JOB_GC_MISSING_JOB_GRACE_SECONDS="+strconv.Itoa(s.missingJobGraceSeconds),
+			"--set", "archive.enabled=true", "--set", "archive.url="+sysArchiveURL)
 	case "watch-gateway":
 		var targets []string
 		for _, svc := range services {
@@ -280,6 +296,7 @@ func (s *system) chartValues(name string) []string {
 		// Plaintext here: the chart's generated certificate is a Secret volume, which these
 		// containers do not emulate (TestClusterInstall runs the TLS default on real pods).
 		v = append(v, "--set", "tls.generate=false", "--set", "redis.url=redis://redis:6379/0", "--set", "heartbeat=2s",
+			"--set", "archive.enabled=true", "--set", "archive.url="+sysArchiveURL,
 			"--set", "env.vars.JANGAR_WATCH_TARGETS="+strings.ReplaceAll(strings.Join(targets, ","), ",", `\,`))
 	}
 	return v

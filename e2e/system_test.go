@@ -49,6 +49,7 @@ func TestWholeSystem(t *testing.T) {
 	s.run(t, "Seed001WarningEventWithStableReasonAndBoundedVolume", func(t *testing.T) { s.seed001(t) })
 	s.run(t, "Seed002NoResultLostWithJobTTLZeroAndWorkflowJobMissing", func(t *testing.T) { s.seed002(t, jobs) })
 	s.run(t, "Seed003CancelPropagationAndTerminalNoOp", func(t *testing.T) { s.seed003(t) })
+	s.run(t, "ArchiveKeepsADeletedRunAndTheGatewayServesIt", func(t *testing.T) { s.archived(t) })
 	s.run(t, "TracesInJaeger", func(t *testing.T) { s.traces(t) })
 	s.run(t, "HelmTestPodOfEveryChartPasses", func(t *testing.T) {
 		for _, name := range sysStartOrder {
@@ -60,6 +61,48 @@ func TestWholeSystem(t *testing.T) {
 	s.run(t, "Faults", func(t *testing.T) { s.faults(t, jobs, w) })
 	s.run(t, "Seed004StatusWatchThroughTheGateway", func(t *testing.T) { s.seed004(t, w) })
 	s.run(t, "DashboardsAndAlertsReadLiveSeries", func(t *testing.T) { s.liveSeries(t) })
+}
+
+// archived (#37): with the archive on (job-gc and watch-gateway on the system's PostgreSQL), a
+// finished run deleted by hand waits for job-gc's write and is then read back through the
+// gateway by a user of the chart's console-viewer Role: listed, and described with its Jobs, its
+// logs left out (the Role has no pods/log).
+func (s *system) archived(t *testing.T) {
+	const name = "sys-archived"
+	if out, err := s.kubectlIn(agentRun(name, nil), "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v %s", err, out)
+	}
+	s.waitPhase(t, agentRunsGVR, name, "Succeeded", 3*time.Minute)
+	if out, err := s.kubectl("get", "agentrun", name, "-o", "jsonpath={.metadata.finalizers}"); err != nil || !strings.Contains(out, "agents.proompteng.ai/archive") {
+		t.Fatalf("the run lacks the archive's finalizer: %q %v", out, err)
+	}
+	uid, _ := s.kubectl("get", "agentrun", name, "-o", "jsonpath={.metadata.uid}")
+	if out, err := s.kubectl("delete", "agentrun", name, "--timeout", "90s"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	const reader = "sys-archive-reader"
+	if out, err := s.kubectl("create", "serviceaccount", reader); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if out, err := s.kubectl("create", "rolebinding", reader, "--role", "watch-gateway-console-viewer", "--serviceaccount", sysNamespace+":"+reader); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(s.token(reader, "agentplane-gateway")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := s.endpoint(s.svc["watch-gateway"], "grpc")
+	out, err := exec.Command(binPath(t, "agentctl"), "-n", sysNamespace, "get", "runs", "--archived", "--gateway", gw, "--gateway-token-file", tokenFile, "-o", "wide").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "agentrun/"+name) || !strings.Contains(string(out), uid) {
+		t.Fatalf("agentctl get runs --archived: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binPath(t, "agentctl"), "-n", sysNamespace, "describe", "run", name, "--archived", "--gateway", gw, "--gateway-token-file", tokenFile).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Jobs:") || !strings.Contains(string(out), "Succeeded") || !strings.Contains(string(out), "may not get pods/log") {
+		t.Fatalf("agentctl describe run --archived: %v\n%s", err, out)
+	}
+	if m := s.metrics("job-gc"); !strings.Contains(m, `agentplane_job_gc_archive_writes_total{result="ok"}`) {
+		t.Errorf("job-gc's archive writes:\n%s", grepLines(m, "agentplane_job_gc_archive"))
+	}
 }
 
 // liveSeries (#13 item 7): after the scenarios and the faults have exercised every service, each
