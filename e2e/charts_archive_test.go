@@ -9,6 +9,22 @@ import (
 	"testing"
 )
 
+// deploymentEnv is the first container of the rendered Deployment, and its variables by name
+// (a value, or its valueFrom).
+func deploymentEnv(objs []map[string]any) (map[string]any, any) {
+	c := at(kind(objs, "Deployment")[0], "spec", "template", "spec", "containers", "0")
+	env := map[string]any{}
+	for _, e := range at(c, "env").([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"]; ok {
+			env[fmt.Sprint(m["name"])] = v
+		} else {
+			env[fmt.Sprint(m["name"])] = m["valueFrom"]
+		}
+	}
+	return env, c
+}
+
 // roleRules lists job-gc's Role rules as "resource:verb" pairs.
 func roleRules(t *testing.T, objs []map[string]any) []string {
 	t.Helper()
@@ -61,16 +77,7 @@ func TestJobGCChartArchiveValues(t *testing.T) {
 
 	on := objects(t, h, "job-gc", "--set", "archive.enabled=true", "--set", "archive.url=postgres://agentplane@archive-rw.agents.svc:5432/agentplane",
 		"--set", "archive.passwordSecretRef.name=archive-app", "--set", "archive.tls.caSecretRef.name=archive-ca", "--set", "archive.retentionSeconds=86400")
-	env := map[string]any{}
-	c := at(kind(on, "Deployment")[0], "spec", "template", "spec", "containers", "0")
-	for _, e := range at(c, "env").([]any) {
-		m := e.(map[string]any)
-		if v, ok := m["value"]; ok {
-			env[fmt.Sprint(m["name"])] = v
-		} else {
-			env[fmt.Sprint(m["name"])] = m["valueFrom"]
-		}
-	}
+	env, c := deploymentEnv(on)
 	if got := env["JANGAR_ARCHIVE_URL"]; got != "postgres://agentplane@archive-rw.agents.svc:5432/agentplane?sslrootcert=/etc/agentplane/archive-ca/ca.crt&sslmode=verify-full" {
 		t.Errorf("JANGAR_ARCHIVE_URL %v", got)
 	}
@@ -115,20 +122,7 @@ func TestJobGCChartArchiveValues(t *testing.T) {
 // refused.
 func TestWatchGatewayChartReadsTheArchive(t *testing.T) {
 	h := newHelmEnv(t)
-	envOf := func(objs []map[string]any) (map[string]any, map[string]any) {
-		c := at(kind(objs, "Deployment")[0], "spec", "template", "spec", "containers", "0").(map[string]any)
-		env := map[string]any{}
-		for _, e := range at(c, "env").([]any) {
-			m := e.(map[string]any)
-			if v, ok := m["value"]; ok {
-				env[fmt.Sprint(m["name"])] = v
-			} else {
-				env[fmt.Sprint(m["name"])] = m["valueFrom"]
-			}
-		}
-		return env, c
-	}
-	env, _ := envOf(objects(t, h, "watch-gateway"))
+	env, _ := deploymentEnv(objects(t, h, "watch-gateway"))
 	for name := range env {
 		if strings.HasPrefix(name, "JANGAR_ARCHIVE_") {
 			t.Errorf("the archive off sets %s", name)
@@ -137,7 +131,7 @@ func TestWatchGatewayChartReadsTheArchive(t *testing.T) {
 	on := objects(t, h, "watch-gateway", "--set", "archive.enabled=true", "--set", "archive.url=postgres://reader@archive-rw.agents.svc:5432/agentplane",
 		"--set", "archive.passwordSecretRef.name=archive-reader", "--set", "archive.tls.caSecretRef.name=archive-ca", "--set", "archive.maxConns=3",
 		"--set", "apiService.enabled=true", "--set", "tls.generate=true")
-	env, c := envOf(on)
+	env, c := deploymentEnv(on)
 	if got := env["JANGAR_ARCHIVE_URL"]; got != "postgres://reader@archive-rw.agents.svc:5432/agentplane?sslrootcert=/etc/agentplane/archive-ca/ca.crt&sslmode=verify-full" {
 		t.Errorf("JANGAR_ARCHIVE_URL %v", got)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/agentplane/agentplane/libs/grpcx"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 )
@@ -210,20 +208,7 @@ func TestTokenAccessOverGRPC(t *testing.T) {
 	st := startGatewayWith(t, nil, 30*time.Second, 100, func(g *Gateway) {
 		g.RequireToken(access.NewReviewer(kc, "default", access.ReviewerOptions{}), time.Minute)
 	})
-	srv := grpcx.NewServer(prometheus.NewRegistry())
-	jangarv1.RegisterAgentctlServiceServer(srv.Server, st.gw)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpcx.Dial(l.Addr().String(), grpcx.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := jangarv1.NewAgentctlServiceClient(conn)
+	client := serveGRPC(t, st.gw)
 	with := func(token string) context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		t.Cleanup(cancel)

@@ -114,6 +114,14 @@ func startArchiveStack(t *testing.T, acc ArchiveAccess) archiveStack {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	st.url = srv.URL + ArchivePath
+	st.client = serveGRPC(t, gw)
+	return st
+}
+
+// serveGRPC serves gw's AgentctlService on a loopback port until the test ends and returns a
+// client of it.
+func serveGRPC(t *testing.T, gw *Gateway) jangarv1.AgentctlServiceClient {
+	t.Helper()
 	gs := grpcx.NewServer(prometheus.NewRegistry())
 	jangarv1.RegisterAgentctlServiceServer(gs.Server, gw)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -127,8 +135,7 @@ func startArchiveStack(t *testing.T, acc ArchiveAccess) archiveStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	st.client = jangarv1.NewAgentctlServiceClient(conn)
-	return st
+	return jangarv1.NewAgentctlServiceClient(conn)
 }
 
 // getJSON GETs url with token and decodes a 200 into m; it returns the status and the body.
