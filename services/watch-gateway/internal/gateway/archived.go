@@ -234,6 +234,9 @@ func (a *archived) get(ctx context.Context, allow may, req *jangarv1.GetArchived
 			return nil, notFound(kind + "/" + req.GetName())
 		}
 		uid = page.Runs[0].UID
+	} else if err := a.mayGetSome(ctx, allow); err != nil {
+		// Asked by uid: who may get neither kind learns nothing of what is archived.
+		return nil, accessFailure(err)
 	}
 	rec, err := a.store.Get(ctx, uid)
 	if errors.Is(err, archive.ErrNotFound) || (err == nil && rec.Namespace != a.namespace) {
@@ -259,6 +262,21 @@ func (a *archived) get(ctx context.Context, allow may, req *jangarv1.GetArchived
 	}
 	a.parts(ctx, allow, rec, out)
 	return out, nil
+}
+
+// mayGetSome is nil when the caller may get runs of some kind, else the reason it may not.
+func (a *archived) mayGetSome(ctx context.Context, allow may) error {
+	var refusal error
+	for _, k := range []string{"AgentRun", "OrchestrationRun"} {
+		err := a.check(ctx, allow, a.access.Kinds[k], "get")
+		if err == nil {
+			return nil
+		}
+		if refusal == nil || access.KindOf(err) != access.Forbidden {
+			refusal = err
+		}
+	}
+	return refusal
 }
 
 // parts adds to out the parts of rec the caller may read, and names the others in out.Hidden.

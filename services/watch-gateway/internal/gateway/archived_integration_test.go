@@ -228,6 +228,14 @@ func TestArchivedRunsAreReadWithTheRightsOfLiveRuns(t *testing.T) {
 		if code, _ := getJSON(t, st.url+"/AgentRun/nope", stranger, nil); code != http.StatusForbidden {
 			t.Fatalf("a stranger learns whether a name is archived: %d", code)
 		}
+		for _, uid := range []string{"uid-hello", "no-such-uid"} {
+			if code, _ := getJSON(t, st.url+"/"+uid, stranger, nil); code != http.StatusForbidden {
+				t.Fatalf("a stranger asking for uid %s: %d, want 403 whether or not it is archived", uid, code)
+			}
+			if code, _ := getJSON(t, st.url+"/"+uid, "", nil); code != http.StatusUnauthorized {
+				t.Fatalf("no token asking for uid %s: %d, want 401 whether or not it is archived", uid, code)
+			}
+		}
 	})
 
 	t.Run("over gRPC with the same answers", func(t *testing.T) {
