@@ -125,7 +125,7 @@ func postgresImage(t *testing.T) testcontainers.FromDockerfile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgRoot := filepath.Dir(bin)                                                  // /usr/lib/postgresql/15
+	pgRoot := filepath.Dir(bin)                                            // /usr/lib/postgresql/15
 	share := filepath.Join("/usr/share/postgresql", filepath.Base(pgRoot)) // /usr/share/postgresql/15
 	dir, err := os.MkdirTemp("", "agentplane-pg-image-")
 	if err != nil {

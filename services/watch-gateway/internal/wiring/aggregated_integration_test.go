@@ -98,7 +98,7 @@ func TestTheAPIServerServesTheGatewayToTheUsersItAuthenticated(t *testing.T) {
 	}
 	run(t, map[string]string{"JANGAR_APISERVICE_ADDR": net.JoinHostPort(ip, fmt.Sprint(port)),
 		"JANGAR_WATCH_TLS_CERT_FILE": certFile, "JANGAR_WATCH_TLS_KEY_FILE": keyFile,
-		archive.EnvURL: (&url.URL{Scheme: "postgres", User: url.User(pg.User), Host: pg.Addr, Path: "/postgres", RawQuery: "sslmode=disable"}).String(),
+		archive.EnvURL:      (&url.URL{Scheme: "postgres", User: url.User(pg.User), Host: pg.Addr, Path: "/postgres", RawQuery: "sslmode=disable"}).String(),
 		archive.EnvPassword: pg.Password})
 	if err := env.APIService(ctx, "default", "watch-gateway", gateway.APIGroup, gateway.APIVersion, caPEM, ip, port); err != nil {
 		t.Fatal(err)
