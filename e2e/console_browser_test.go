@@ -601,7 +601,7 @@ spec:
 		[...document.querySelectorAll("#archive tbody tr")].some(r => r.textContent.includes("console-archived") && r.textContent.includes("Succeeded"))`, minute)
 	b.do("open the archived run", chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll("#archive a")].find(a => a.textContent === "console-archived").click()`))
 	b.await("its archived page", `!document.getElementById("view-archived").hidden && document.getElementById("archived-name").textContent === "console-archived" &&
-		document.querySelectorAll("#archived-jobs tbody tr td").length > 1 && document.getElementById("archived-hidden").textContent.includes("may not get pods/log")`, minute)
+		document.querySelectorAll("#archived-jobs tbody tr td").length > 1 && document.getElementById("archived-logs").textContent.includes("logs not shown: you may not get pods/log")`, minute)
 	b.shot("archived-run")
 	out, err = exec.Command(binPath(t, "agentctl"), "-n", "agents", "get", "runs", "--archived", "--gateway", s.tokenGRPC, "--gateway-token", reader).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "agentrun/console-archived") {

@@ -397,10 +397,10 @@
     if (d.steps) renderGraph(d.steps);
     renderRunHeader();
   }
-  function fillTable(table, rows, cells) {
+  function fillTable(table, rows, cells, empty) {
     const frag = document.createDocumentFragment();
     for (const r of rows || []) frag.append(el("tr", null, ...cells(r).map((c) => el("td", null, c))));
-    if (!rows || rows.length === 0) frag.append(el("tr", null, el("td", { class: "meta", colspan: String(table.tHead.rows[0].cells.length), text: "none" })));
+    if (!rows || rows.length === 0) frag.append(el("tr", null, el("td", { class: "meta", colspan: String(table.tHead.rows[0].cells.length), text: empty || "none" })));
     table.tBodies[0].replaceChildren(frag);
   }
 
@@ -616,20 +616,24 @@
       c.reason || "", c.message || "", when(c.lastTransitionTime)]);
     $("archived-steps-box").hidden = !st.stepStatuses;
     fillTable($("archived-steps"), st.stepStatuses || [], (p) => [p.name, p.phase || "Pending", (p.resourceRef && p.resourceRef.name) || ""]);
+    // A part the user may not read says so where it would be (the gateway's "hidden" sentences
+    // start with the part's name).
+    const hiddenPart = (part) => (r.hidden || []).find((h) => h.startsWith(part + " "));
     fillTable($("archived-jobs"), r.jobs || [], (j) => [j.name, j.step || "", j.succeeded ? "Succeeded" : "Failed",
-      j.exit_code === undefined ? "" : String(j.exit_code), when(j.started), when(j.finished), j.reason || ""]);
+      j.exit_code === undefined ? "" : String(j.exit_code), when(j.started), when(j.finished), j.reason || ""], hiddenPart("jobs"));
     fillTable($("archived-events"), r.events || [], (e) => [el("span", { class: e.type === "Warning" ? "error" : "", text: e.type }), e.reason, e.message,
-      String(e.count || 1), when(e.last), e.involved || ""]);
+      String(e.count || 1), when(e.last), e.involved || ""], hiddenPart("events"));
     const logs = document.createDocumentFragment();
     for (const l of r.logs || []) {
       logs.append(el("h3", { text: l.pod + " / " + l.container + (l.truncated ? " (its tail)" : "") }));
       logs.append(l.error ? el("p", { class: "error", text: "not read: " + l.error }) : el("pre", { class: "log", text: l.tail || "" }));
     }
-    if (!(r.logs || []).length) logs.append(el("p", { class: "meta", text: "none" }));
+    if (!(r.logs || []).length) logs.append(el("p", { class: "meta", text: hiddenPart("logs") || "none" }));
     $("archived-logs").replaceChildren(logs);
+    const rest = (r.hidden || []).filter((h) => !["jobs", "events", "logs"].some((p) => h.startsWith(p + " ")));
     const hid = $("archived-hidden");
-    hid.hidden = !(r.hidden || []).length;
-    setText(hid, (r.hidden || []).join(" "));
+    hid.hidden = !rest.length;
+    setText(hid, rest.join(" "));
   }
 
   // ---- views ----
