@@ -2,7 +2,6 @@ package wiring
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,32 +13,15 @@ import (
 	"github.com/agentplane/agentplane/services/job-gc/internal/job"
 )
 
-// lazyStore opens the archive on first use and again after a failed open: job-gc starts (and
-// guards Job results) while the database is unreachable; archiving, and the retention that
-// waits on it, resume once it answers.
-type lazyStore struct {
-	cfg archive.Config
+// lazyStore is the archive, opened (and migrated) on first use and again after a failed open:
+// job-gc starts (and guards Job results) while the database is unreachable; archiving, and the
+// retention that waits on it, resume once it answers.
+type lazyStore struct{ *archive.Lazy }
 
-	mu    sync.Mutex
-	store *archive.Store
-}
-
-func (l *lazyStore) get(ctx context.Context) (*archive.Store, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.store != nil {
-		return l.store, nil
-	}
-	s, err := archive.Open(ctx, l.cfg)
-	if err != nil {
-		return nil, err
-	}
-	l.store = s
-	return s, nil
-}
+func newLazyStore(c archive.Config) *lazyStore { return &lazyStore{archive.NewLazy(c, archive.Open)} }
 
 func (l *lazyStore) Put(ctx context.Context, r archive.Record) error {
-	s, err := l.get(ctx)
+	s, err := l.Store(ctx)
 	if err != nil {
 		return err
 	}
@@ -47,7 +29,7 @@ func (l *lazyStore) Put(ctx context.Context, r archive.Record) error {
 }
 
 func (l *lazyStore) Has(ctx context.Context, uid string) (bool, error) {
-	s, err := l.get(ctx)
+	s, err := l.Store(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -55,21 +37,11 @@ func (l *lazyStore) Has(ctx context.Context, uid string) (bool, error) {
 }
 
 func (l *lazyStore) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batch int, namespaces ...string) (int64, error) {
-	s, err := l.get(ctx)
+	s, err := l.Store(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return s.DeleteFinishedBefore(ctx, cutoff, batch, namespaces...)
-}
-
-// Close releases the pool, if one was opened.
-func (l *lazyStore) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.store != nil {
-		l.store.Close()
-		l.store = nil
-	}
 }
 
 // newArchiver is the archive writer of g: once a run is archived, its Jobs are looked at again

@@ -87,7 +87,7 @@ func dbOf(c archive.Config) string {
 }
 
 func withArchive(c archive.Config) func(*Deps) {
-	return func(d *Deps) { d.Archive = &lazyStore{cfg: c} }
+	return func(d *Deps) { d.Archive = newLazyStore(c) }
 }
 
 // event records an Event about ar, as a controller would.

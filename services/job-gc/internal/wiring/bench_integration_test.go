@@ -214,7 +214,7 @@ func BenchmarkRetentionWithTheArchiveOnVsOff(b *testing.B) {
 		d := Deps{Kube: kubernetes.NewForConfigOrDie(gcCfg), REST: gcCfg, Registry: prometheus.NewRegistry()}
 		if archived {
 			ac, _ := archiveFor(b) //nolint:contextcheck // the helper makes the database with its own background context
-			d.Archive = &lazyStore{cfg: ac}
+			d.Archive = newLazyStore(ac)
 		}
 		g, err := New(Config{Namespaces: []string{ns}, Retention: 24 * time.Hour, OrchRetention: 24 * time.Hour, MissingGrace: time.Hour,
 			HoldWarning: time.Hour, Workers: workers}, d)

@@ -38,7 +38,7 @@ func Setup(_ context.Context, rt *app.Runtime) error {
 	d := Deps{Kube: c.Kube, REST: c.REST, Status: c.Status, Events: c.Events, Registry: rt.Registry}
 	var store *lazyStore
 	if cfg.Archive.Enabled() {
-		store = &lazyStore{cfg: cfg.Archive}
+		store = newLazyStore(cfg.Archive)
 		d.Archive = store
 	}
 	g, err := New(cfg, d)

@@ -444,17 +444,6 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c.reply(session.Session{}, false))
 }
 
-// kindOf accepts the kinds' names in any case.
-func kindOf(s string) (string, bool) {
-	switch strings.ToLower(s) {
-	case "agentrun", "agentruns":
-		return runs.KindAgentRun, true
-	case "orchestrationrun", "orchestrationruns":
-		return runs.KindOrchestrationRun, true
-	}
-	return "", false
-}
-
 // Condition, Event, Job and Step are a run's details as the page shows them.
 type Condition struct {
 	Type               string `json:"type"`
@@ -516,7 +505,7 @@ func conditions(in []metav1.Condition) []Condition {
 
 func (c *Console) runDetail(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	kind, ok := kindOf(r.PathValue("kind"))
+	kind, ok := runs.KindOf(r.PathValue("kind"))
 	if !ok {
 		fail(w, http.StatusBadRequest, fmt.Sprintf("kind %q must be AgentRun or OrchestrationRun", r.PathValue("kind")))
 		return
@@ -689,7 +678,7 @@ func apiReason(err error) string {
 // cancel sets spec.cancel on a run, for a user allowed to patch it.
 func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	kind, ok := kindOf(r.PathValue("kind"))
+	kind, ok := runs.KindOf(r.PathValue("kind"))
 	if !ok {
 		fail(w, http.StatusBadRequest, fmt.Sprintf("kind %q must be AgentRun or OrchestrationRun", r.PathValue("kind")))
 		return

@@ -21,6 +21,7 @@ import (
 	"github.com/agentplane/agentplane/libs/archive"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
+	"github.com/agentplane/agentplane/services/watch-gateway/internal/runs"
 )
 
 // ArchivePath lists the archived runs of the runs namespace as JSON (ArchivedRunList);
@@ -111,20 +112,21 @@ func storeFailure(err error) error {
 		msg: "the run archive cannot be read now (the gateway's log says why); retry shortly"}
 }
 
-// archiveKind accepts a run kind in any case and in the plural; "" stays "".
+// archiveKind is runs.KindOf with "" (no kind asked) allowed.
 func archiveKind(s string) (string, error) {
-	switch strings.ToLower(s) {
-	case "":
+	if s == "" {
 		return "", nil
-	case "agentrun", "agentruns":
-		return "AgentRun", nil
-	case "orchestrationrun", "orchestrationruns":
-		return "OrchestrationRun", nil
+	}
+	if k, ok := runs.KindOf(s); ok {
+		return k, nil
 	}
 	return "", badArchiveRequest("kind %q must be AgentRun or OrchestrationRun", s)
 }
 
-var resourceOf = map[string]string{"AgentRun": "agentruns", "OrchestrationRun": "orchestrationruns"}
+// runKinds are the kinds the archive holds, in the order a list without a kind checks them.
+var runKinds = []string{runs.KindAgentRun, runs.KindOrchestrationRun}
+
+var resourceOf = map[string]string{runs.KindAgentRun: "agentruns", runs.KindOrchestrationRun: "orchestrationruns"}
 
 func (a *archived) check(ctx context.Context, allow may, az Authorizer, verb string) error {
 	if allow == nil {
@@ -165,7 +167,7 @@ func (a *archived) list(ctx context.Context, allow may, req *jangarv1.ListArchiv
 		// No kind asked: the kinds the caller may list.
 		var allowed []string
 		var refusal error
-		for _, k := range []string{"AgentRun", "OrchestrationRun"} {
+		for _, k := range runKinds {
 			err := a.check(ctx, allow, a.access.Kinds[k], "list")
 			switch {
 			case err == nil:
@@ -267,7 +269,7 @@ func (a *archived) get(ctx context.Context, allow may, req *jangarv1.GetArchived
 // mayGetSome is nil when the caller may get runs of some kind, else the reason it may not.
 func (a *archived) mayGetSome(ctx context.Context, allow may) error {
 	var refusal error
-	for _, k := range []string{"AgentRun", "OrchestrationRun"} {
+	for _, k := range runKinds {
 		err := a.check(ctx, allow, a.access.Kinds[k], "get")
 		if err == nil {
 			return nil

@@ -6,14 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -21,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/agentplane/agentplane/libs/grpcx"
 	"github.com/agentplane/agentplane/libs/health"
 	jangarv1 "github.com/agentplane/agentplane/proto/proompteng/jangar/v1"
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
@@ -65,20 +62,7 @@ func TestBothReplicasServeOneHistory(t *testing.T) {
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
 		r.url = srv.URL + HistoryPath
-		gs := grpcx.NewServer(prometheus.NewRegistry())
-		jangarv1.RegisterAgentctlServiceServer(gs.Server, gw)
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = gs.Serve(l) }()
-		t.Cleanup(gs.Stop)
-		conn, err := grpcx.Dial(l.Addr().String(), grpcx.ClientOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		r.client = jangarv1.NewAgentctlServiceClient(conn)
+		r.client = serveGRPC(t, gw)
 		return r
 	}
 	a, b := start(true), start(true)

@@ -17,6 +17,7 @@ package runs
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,17 @@ const (
 	KindAgentRun         = "AgentRun"
 	KindOrchestrationRun = "OrchestrationRun"
 )
+
+// KindOf accepts a kind's name in any case, singular or plural (agentruns, OrchestrationRun).
+func KindOf(s string) (string, bool) {
+	switch strings.ToLower(s) {
+	case "agentrun", "agentruns":
+		return KindAgentRun, true
+	case "orchestrationrun", "orchestrationruns":
+		return KindOrchestrationRun, true
+	}
+	return "", false
+}
 
 // Key is a run's component in the stream.
 func Key(kind, name string) string { return kind + "/" + name }

@@ -3,39 +3,32 @@ package wiring
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/agentplane/agentplane/libs/archive"
 )
 
-// lazyArchive opens the run archive for reading on first use, and again after a failed open or
-// read: the gateway starts (and serves everything else) while the database is away, and its reads
-// answer UNAVAILABLE until it is back. Why a read failed goes to log, not to the caller.
+// lazyArchive is the archive, opened for reading on first use and again after a failed open or
+// read: the gateway starts (and serves everything else) while the database is away, and its
+// reads answer UNAVAILABLE until it is back. Why a read failed goes to log, not to the caller.
 type lazyArchive struct {
-	cfg archive.Config
+	*archive.Lazy
 	log func(error)
-
-	mu    sync.Mutex
-	store *archive.Store
 }
 
-func (l *lazyArchive) get(ctx context.Context) (*archive.Store, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.store != nil {
-		return l.store, nil
-	}
-	s, err := archive.OpenReader(ctx, l.cfg)
+func newLazyArchive(c archive.Config, log func(error)) *lazyArchive {
+	return &lazyArchive{Lazy: archive.NewLazy(c, archive.OpenReader), log: log}
+}
+
+func (l *lazyArchive) store(ctx context.Context) (*archive.Store, error) {
+	s, err := l.Store(ctx)
 	if err != nil {
 		l.log(err)
-		return nil, err
 	}
-	l.store = s
-	return s, nil
+	return s, err
 }
 
 func (l *lazyArchive) List(ctx context.Context, q archive.Query) (archive.Page, error) {
-	s, err := l.get(ctx)
+	s, err := l.store(ctx)
 	if err != nil {
 		return archive.Page{}, err
 	}
@@ -47,7 +40,7 @@ func (l *lazyArchive) List(ctx context.Context, q archive.Query) (archive.Page, 
 }
 
 func (l *lazyArchive) Get(ctx context.Context, uid string) (archive.Record, error) {
-	s, err := l.get(ctx)
+	s, err := l.store(ctx)
 	if err != nil {
 		return archive.Record{}, err
 	}
@@ -56,14 +49,4 @@ func (l *lazyArchive) Get(ctx context.Context, uid string) (archive.Record, erro
 		l.log(err)
 	}
 	return r, err
-}
-
-// Close releases the pool, if one was opened.
-func (l *lazyArchive) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.store != nil {
-		l.store.Close()
-		l.store = nil
-	}
 }

@@ -350,7 +350,7 @@ func setupArchive(rt *app.Runtime, c Config, kc kubernetes.Interface, gw *gatewa
 		},
 		Check: c.AuthMode == access.Token,
 	}
-	store := &lazyArchive{cfg: c.Archive, log: func(err error) { rt.Logger.Warn("the run archive cannot be read", "err", err) }}
+	store := newLazyArchive(c.Archive, func(err error) { rt.Logger.Warn("the run archive cannot be read", "err", err) })
 	gw.ServeArchive(store, ns, acc)
 	rt.Go("run archive reader", func(ctx context.Context) error { <-ctx.Done(); store.Close(); return nil })
 	h := otelhttp.NewHandler(gw.ArchiveHandler(), "GET "+gateway.ArchivePath)
