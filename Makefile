@@ -412,6 +412,11 @@ bench-scale: tools build ## 1,000 then 10,000 AgentRuns (and a tenth as many 5-s
 	@mkdir -p .bench && out=.bench/scale-$$(date +%Y%m%dT%H%M%S)-$$(git rev-parse --short HEAD).txt && \
 	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ScaleRuns -benchtime 1x -timeout 150m .) 2>&1 | tee "$$out"
 
+.PHONY: bench-archive
+bench-archive: tools build ## 10,000 AgentRuns through the whole system on a local control plane with job-gc's run archive off, then on (PostgreSQL): whole-life throughput on vs off and the archive's cost per run (API requests, CPU, write time, bytes; about 40 minutes; not part of bench). Output in .bench/archive-<time>-<commit>.txt (AGENTPLANE_BENCH_ARCHIVE_RUNS=n for another size).
+	@mkdir -p .bench && out=.bench/archive-$$(date +%Y%m%dT%H%M%S)-$$(git rev-parse --short HEAD).txt && \
+	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ArchiveTenThousandRuns -benchtime 1x -timeout 150m .) 2>&1 | tee "$$out"
+
 .PHONY: bench-report
 bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir; its results, and its logs less their INFO lines) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
 	@run="$(or $(BENCH_RUN),$$(ls -d .bench/*/ 2>/dev/null | sort | tail -1))"; \
@@ -457,7 +462,7 @@ cluster-down: ## Stop everything make cluster-up started; leaves no pod, mount, 
 	@LOCAL_DIR=$(CLUSTER_DIR) CRICTL=$(CRICTL) hack/cluster/down.sh
 
 .PHONY: cluster-env
-cluster-env: ## Print the cluster's KUBECONFIG, PATH (kubectl, helm, agentctl), REGISTRY and REDIS_URL for a shell: eval "$$(make -s cluster-env)".
+cluster-env: ## Print the cluster's KUBECONFIG, PATH (kubectl, helm, agentctl), REGISTRY, REDIS_URL, ARCHIVE_URL and ARCHIVE_PASSWORD_FILE for a shell: eval "$$(make -s cluster-env)".
 	@LOCAL_DIR=$(CLUSTER_DIR) KUBE_DIR=$(KUBE_DIR) HELM=$(HELM) hack/cluster/env.sh
 
 .PHONY: cluster-status

@@ -42,7 +42,7 @@ const cancelBenchOffset = 5000
 func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	const n = 100
 	ctx := context.Background()
-	_, cfg := localStack(b, cancelBenchOffset, 1000)
+	_, cfg := localStack(b, cancelBenchOffset, 1000, "AGENTPLANE_ARCHIVE=0") // the charts' default: no run archive
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	create := func(gvr schema.GroupVersionResource, obj map[string]any) {

@@ -48,7 +48,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	const runs = 1000
 	ctx := context.Background()
 	profiles := os.Getenv("AGENTPLANE_BENCH_PROFILES")
-	var env []string
+	env := []string{"AGENTPLANE_ARCHIVE=0"} // the charts' default: no run archive (BenchmarkArchiveTenThousandRuns measures it)
 	if profiles != "" {
 		env = append(env, "JANGAR_DEBUG_PPROF=true")
 	}

@@ -87,7 +87,8 @@ func BenchmarkScaleRuns(b *testing.B) {
 	if v := os.Getenv("AGENTPLANE_BENCH_SCALE_JOB_TTL"); v != "" {
 		jobTTL = v
 	}
-	dir, cfg := localStack(b, scaleOffset, 2000, "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS="+jobTTL)
+	// The charts' default, no run archive (BenchmarkArchiveTenThousandRuns measures it).
+	dir, cfg := localStack(b, scaleOffset, 2000, "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS="+jobTTL, "AGENTPLANE_ARCHIVE=0")
 	// This benchmark's own API requests (creates, the final lists, reading /metrics), subtracted
 	// from the server's counts.
 	var ownReads, ownWrites atomic.Int64

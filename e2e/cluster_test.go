@@ -82,10 +82,16 @@ func TestClusterInstall(t *testing.T) {
 		// The CRDs the one-release chart left (kept on uninstall) go to the agentplane-crds
 		// release, as charts/agentplane-crds's README says.
 		c.adoptCRDs(t, "agentplane-crds")
+		// The run archive on (#37): job-gc writes to, and watch-gateway reads from, make
+		// cluster-up's PostgreSQL, its password from a Secret, as docs/archive.md sets it up.
+		archive := c.archiveValues(t)
 		for _, r := range releases {
 			var extra []string
-			if r == "watch-gateway" { // the aggregated API on the real node: its NOTES' commands below use it
-				extra = []string{"--set", "apiService.enabled=true"}
+			switch r {
+			case "watch-gateway": // the aggregated API on the real node: its NOTES' commands below use it
+				extra = append([]string{"--set", "apiService.enabled=true"}, archive...)
+			case "job-gc":
+				extra = archive
 			}
 			c.helmInstall(t, r, r, version, extra...)
 		}
@@ -93,6 +99,7 @@ func TestClusterInstall(t *testing.T) {
 			c.checkRelease(t, r, version, false)
 		}
 		t.Run("the examples run in real containers", func(t *testing.T) { c.checkExamples(t, jobs) })
+		t.Run("the run archive: real logs in PostgreSQL, read back through the gateway", c.checkArchive)
 		for _, r := range releases[1:] {
 			c.helmTest(t, r)
 		}
@@ -107,6 +114,9 @@ func TestClusterInstall(t *testing.T) {
 			rev := slices.Clone(releases)
 			slices.Reverse(rev)
 			c.uninstall(t, before, rev...)
+			if out, err := c.kubectl("delete", "secret", archiveSecret); err != nil {
+				t.Errorf("delete the archive's password Secret: %v %s", err, out)
+			}
 		})
 	}) {
 		return
@@ -812,6 +822,10 @@ func (c *kcluster) uninstall(t *testing.T, before map[string]bool, releases ...s
 			}
 		}
 	}
+	// Nor a run by the archive's finalizer (where job-gc archived, the in-flight run had it).
+	if out, err := c.kubectl("get", "agentruns,orchestrationruns", "-A", "-o", "jsonpath={.items[*].metadata.finalizers}"); err != nil || strings.Contains(out, "agents.proompteng.ai/archive") {
+		t.Errorf("a run is still held by the archive's finalizer after uninstall: %v %q", err, out)
+	}
 	after := c.clusterObjects(t)
 	var stray []string
 	for o := range after {
@@ -1154,5 +1168,53 @@ spec: {agentRef: {name: codex}, runtime: {type: job}}
 	// The kubelet's probes come from the node, which the policy leaves alone.
 	if out, err := c.kubectl("rollout", "status", "deployment/status-writer", "--timeout", "60s"); err != nil {
 		t.Errorf("status-writer not ready behind its policy: %v %s", err, out)
+	}
+}
+
+// archiveSecret holds the password of make cluster-up's PostgreSQL for the charts' archive.
+const archiveSecret = "agentplane-archive-db"
+
+// archiveValues creates the Secret with the password of make cluster-up's PostgreSQL and returns
+// the Helm values that turn job-gc's and watch-gateway's run archive on against it.
+func (c *kcluster) archiveValues(t *testing.T) []string {
+	t.Helper()
+	pw, err := os.ReadFile(filepath.Join(c.dir, "postgres-password"))
+	if err != nil {
+		t.Fatalf("make cluster-up's PostgreSQL password: %v", err)
+	}
+	if out, err := c.kubectl("create", "secret", "generic", archiveSecret, "--from-literal=password="+strings.TrimSpace(string(pw))); err != nil {
+		t.Fatalf("create the archive's Secret: %v %s", err, out)
+	}
+	url := fmt.Sprintf("postgres://agentplane@%s:%d/agentplane?sslmode=disable", c.hostIP, 15432+clusterOffset)
+	return []string{"--set", "archive.enabled=true", "--set", "archive.url=" + url, "--set", "archive.passwordSecretRef.name=" + archiveSecret}
+}
+
+// checkArchive (#37 on the real node): the examples' runs, finished, are archived by job-gc in
+// PostgreSQL and let go of; deleted by hand, fails-on-purpose is read back with agentctl through
+// watch-gateway (the aggregated API): listed Failed, and described with its Job's exit code 1 and
+// the tail of its real container's log, which job-gc read through the API server from the node's
+// kubelet.
+func (c *kcluster) checkArchive(t *testing.T) {
+	const name = "fails-on-purpose"
+	uid := string(c.mustGet(t, agentRunsGVR, name).GetUID())
+	eventually(t, 2*time.Minute, "the finished examples archived and let go", func() error {
+		out, err := c.kubectlRuns("get", "agentruns", "hello", name, "-o", "jsonpath={.items[*].metadata.finalizers}")
+		if err != nil || strings.Contains(out, "agents.proompteng.ai/archive") {
+			return errorf("finalizers %q (%v)", out, err)
+		}
+		return nil
+	})
+	if out, err := c.kubectlRuns("delete", "agentrun", name, "--timeout", "60s"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	out, err := c.cmd(context.Background(), "agentctl", "-n", c.runsNS, "get", "runs", "--archived", "--phase", "Failed", "-o", "wide")
+	if err != nil || !strings.Contains(out, "agentrun/"+name) || !strings.Contains(out, uid) {
+		t.Fatalf("agentctl get runs --archived: %v\n%s", err, out)
+	}
+	out, err = c.cmd(context.Background(), "agentctl", "-n", c.runsNS, "describe", "run", name, "--archived")
+	if err != nil || !strings.Contains(out, uid) || !strings.Contains(out, "BackoffLimitExceeded") ||
+		!regexp.MustCompile(`(?m)^  `+name+`-\S+\s+-\s+Failed\s+1\s`).MatchString(out) ||
+		!strings.Contains(out, "agent codex (provider codex-runner): run "+c.runsNS+"/"+name+" starting") {
+		t.Fatalf("agentctl describe run %s --archived: want its uid, BackoffLimitExceeded, its Job failed with exit code 1 and its container's log: %v\n%s", name, err, out)
 	}
 }

@@ -134,9 +134,13 @@ func TestLocalControlPlane(t *testing.T) {
 	})
 
 	t.Run("job-gc archives a finished run in make up's PostgreSQL before a deletion by hand", func(t *testing.T) {
-		if out, err := kubectl("get", "agentrun", "fails-on-purpose", "-o", "jsonpath={.metadata.finalizers}"); err != nil || !strings.Contains(out, "agents.proompteng.ai/archive") {
-			t.Fatalf("the run lacks the archive's finalizer: %q %v", out, err)
-		}
+		// Archived when it finished, the run is let go of at once (the archive's finalizer released).
+		eventually(t, time.Minute, "fails-on-purpose archived and let go", func() error {
+			if out, err := kubectl("get", "agentrun", "fails-on-purpose", "-o", "jsonpath={.metadata.finalizers}"); err != nil || strings.Contains(out, "agents.proompteng.ai/archive") {
+				return errorf("finalizers %q (%v)", out, err)
+			}
+			return nil
+		})
 		uid, _ := kubectl("get", "agentrun", "fails-on-purpose", "-o", "jsonpath={.metadata.uid}")
 		if out, err := kubectl("delete", "agentrun", "fails-on-purpose", "--timeout", "60s"); err != nil {
 			t.Fatalf("delete: %v\n%s", err, out)

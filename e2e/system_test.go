@@ -64,18 +64,24 @@ func TestWholeSystem(t *testing.T) {
 }
 
 // archived (#37): with the archive on (job-gc and watch-gateway on the system's PostgreSQL), a
-// finished run deleted by hand waits for job-gc's write and is then read back through the
-// gateway by a user of the chart's console-viewer Role: listed, and described with its Jobs, its
-// logs left out (the Role has no pods/log).
+// finished run is archived and let go of (the archive's finalizer released), deleted by hand, and
+// then read back through the gateway by a user of the chart's console-viewer Role: listed, and
+// described with its Jobs, its logs left out (the Role has no pods/log).
 func (s *system) archived(t *testing.T) {
 	const name = "sys-archived"
 	if out, err := s.kubectlIn(agentRun(name, nil), "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply: %v %s", err, out)
 	}
 	s.waitPhase(t, agentRunsGVR, name, "Succeeded", 3*time.Minute)
-	if out, err := s.kubectl("get", "agentrun", name, "-o", "jsonpath={.metadata.finalizers}"); err != nil || !strings.Contains(out, "agents.proompteng.ai/archive") {
-		t.Fatalf("the run lacks the archive's finalizer: %q %v", out, err)
-	}
+	// Archived when it finished, the run is let go of at once: its deletion waits for nothing.
+	eventually(t, time.Minute, "the finished run archived and let go", func() error {
+		m := s.metrics("job-gc")
+		if out, err := s.kubectl("get", "agentrun", name, "-o", "jsonpath={.metadata.finalizers}"); err != nil || strings.Contains(out, "agents.proompteng.ai/archive") ||
+			!strings.Contains(m, `agentplane_job_gc_archive_writes_total{result="ok"}`) {
+			return fmt.Errorf("finalizers %q (%v); job-gc's archive writes: %s", out, err, grepLines(m, "agentplane_job_gc_archive_writes"))
+		}
+		return nil
+	})
 	uid, _ := s.kubectl("get", "agentrun", name, "-o", "jsonpath={.metadata.uid}")
 	if out, err := s.kubectl("delete", "agentrun", name, "--timeout", "90s"); err != nil {
 		t.Fatalf("delete: %v\n%s", err, out)

@@ -94,8 +94,13 @@ services() {
   start registry "$REGISTRY_PORT" "$REGISTRY_BIN" -root "$LOCAL_DIR/registry" -listen "127.0.0.1:$REGISTRY_PORT" -listen "$HOST_IP:$REGISTRY_PORT"
   wait_for redis 15 port_taken "$REDIS_PORT"
   wait_for registry 15 http_ok "http://127.0.0.1:$REGISTRY_PORT/v2/"
+  # PostgreSQL for the run archive (the charts' archive.*; docs/archive.md), where pods reach it,
+  # with a password (in $LOCAL_DIR/postgres-password) that the charts read from a Secret.
+  echo ">> postgres (:$POSTGRES_PORT)"
+  start_postgres "127.0.0.1,$HOST_IP" "$LOCAL_DIR/postgres-password"
 }
-timed redis+registry services
+pg_bin
+timed redis+registry+postgres services
 
 # --- the node's own images, built FROM scratch and pushed to the registry ---
 PAUSE_IMAGE=$REGISTRY/agentplane/pause:1.0
@@ -369,6 +374,7 @@ simulates pods that tolerate kwok.x-k8s.io/node=fake:NoSchedule.
   kubectl get nodes -o wide
 Registry: $REGISTRY (push with docker/helm; the node pulls it from $HOST_IP:$REGISTRY_PORT)
 Redis, for pods: redis://$HOST_IP:$REDIS_PORT/0
+PostgreSQL (the run archive), for pods: postgres://agentplane@$HOST_IP:$POSTGRES_PORT/agentplane?sslmode=disable, password in $LOCAL_DIR/postgres-password
 Install agentplane (README, "Install on a cluster"):
   make push REGISTRY=$REGISTRY
   helm install agentplane oci://$REGISTRY/charts/agentplane --version \$(make -s chart-version) --plain-http \\

@@ -97,3 +97,60 @@ wait_for() {
 }
 
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
+
+# pg_bin sets PG_BIN to the folder of PostgreSQL's server programs: Debian keeps them off PATH,
+# under /usr/lib/postgresql/<version>/bin.
+pg_bin() {
+  PG_BIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -n 1)")
+  [ -x "$PG_BIN/postgres" ] || PG_BIN=$(dirname "$(command -v postgres 2>/dev/null || echo /nonexistent/postgres)")
+  [ -x "$PG_BIN/postgres" ] || die "PostgreSQL is missing: run 'make deps' (Debian's postgresql package)"
+}
+
+# start_postgres LISTEN [PASSWORD_FILE]: starts PostgreSQL (pg_bin's) on POSTGRES_PORT at the
+# addresses LISTEN (comma-separated), its data in $LOCAL_DIR/postgres, TCP only (no Unix socket),
+# with a database "agentplane" owned by the user agentplane. Without PASSWORD_FILE every
+# connection is trusted (make up: loopback only); with one, made once with a random password
+# when missing, the user has that password and every TCP connection must give it (SCRAM), from
+# any address (make cluster-up: pods reach it on the node's link). PostgreSQL refuses to run as
+# root: as root, initdb and the server run as the postgres user inside a user namespace of their
+# own (unshare maps that user to root outside), so they own the data directory wherever
+# LOCAL_DIR is, even below a directory only root may enter.
+start_postgres() {
+  local listen=$1 pwfile=${2:-} data=$LOCAL_DIR/postgres
+  local as_pg=() auth=(--auth=trust) pw=()
+  if [ "$(id -u)" = 0 ]; then
+    local pg_uid
+    pg_uid=$(id -u postgres 2>/dev/null) || die "no postgres user to run PostgreSQL as (Debian's postgresql package makes one): run 'make deps'"
+    as_pg=(unshare --user --map-user="$pg_uid" --map-group="$(id -g postgres)")
+  fi
+  if [ -n "$pwfile" ]; then
+    [ -s "$pwfile" ] || (umask 077 && openssl rand -hex 16 >"$pwfile")
+    auth=(--auth-host=scram-sha-256 --auth-local=trust)
+    pw=(-c password_encryption=scram-sha-256)
+  fi
+  if [ ! -f "$data/PG_VERSION" ]; then
+    rm -rf "$data" && mkdir -p "$data" && chmod 700 "$data"
+    local initdb_pw=()
+    if [ -n "$pwfile" ]; then
+      # initdb runs as the postgres user, who may not read the file: a copy it owns, removed after.
+      cp "$pwfile" "$data.pw" && chmod 644 "$data.pw"
+      initdb_pw=(--pwfile="$data.pw")
+    fi
+    "${as_pg[@]}" "$PG_BIN/initdb" -D "$data" -U agentplane "${auth[@]}" "${initdb_pw[@]}" --encoding=UTF8 --no-sync >>"$LOG_DIR/postgres.log" 2>&1 ||
+      { rm -f "$data.pw"; tail -n 20 "$LOG_DIR/postgres.log" >&2; die "initdb failed; its log is $LOG_DIR/postgres.log"; }
+    rm -f "$data.pw"
+    if [ -n "$pwfile" ]; then
+      # Pods connect from their own addresses: every address, each with the password.
+      printf 'host all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n' >>"$data/pg_hba.conf"
+    fi
+  fi
+  start postgres "$POSTGRES_PORT" "${as_pg[@]}" "$PG_BIN/postgres" -D "$data" -p "$POSTGRES_PORT" \
+    -c listen_addresses="$listen" -c unix_socket_directories= -c max_connections=50 "${pw[@]}"
+  local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane)
+  if [ -n "$pwfile" ]; then psql=(env PGPASSWORD="$(cat "$pwfile")" "${psql[@]}"); fi
+  pg_ready() { "${psql[@]}" -d postgres -c 'SELECT 1'; }
+  wait_for postgres 30 pg_ready
+  if ! "${psql[@]}" -A -t -d postgres -c "SELECT 1 FROM pg_database WHERE datname = 'agentplane'" | grep -qx 1; then
+    "${psql[@]}" -d postgres -c 'CREATE DATABASE agentplane' >/dev/null
+  fi
+}

@@ -15,7 +15,8 @@
 # AGENTPLANE_APISERVER_OTLP_ENDPOINT (host:port, OTLP gRPC) makes kube-apiserver export its spans
 # there (the local Jaeger's when it runs); AGENTPLANE_ADMISSION_POLICIES=0 leaves out the admission
 # policies and the cancel switch, AGENTPLANE_CRDS=0 the CRDs (charts install them); AGENTPLANE_KCM_QPS (100) is kube-controller-manager's
-# request rate to the API server (burst twice it).
+# request rate to the API server (burst twice it); AGENTPLANE_ARCHIVE=0 starts job-gc and
+# watch-gateway without the run archive (the charts' default; PostgreSQL still starts).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -30,13 +31,11 @@ for bin in "$ETCD" "$KUBE_DIR/kube-apiserver" "$KUBE_DIR/kube-controller-manager
 done
 ls "$KWOK_STAGES"/*.yaml >/dev/null 2>&1 || die "kwok stages missing in $KWOK_STAGES: run 'make tools'"
 command -v redis-server >/dev/null || die "redis-server is missing: run 'make deps'"
-# Debian keeps PostgreSQL's server off PATH, under /usr/lib/postgresql/<version>/bin.
-PG_BIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -n 1)")
-[ -x "$PG_BIN/postgres" ] || PG_BIN=$(dirname "$(command -v postgres 2>/dev/null || echo /nonexistent/postgres)")
-[ -x "$PG_BIN/postgres" ] || die "PostgreSQL is missing: run 'make deps' (Debian's postgresql package)"
+pg_bin
 command -v openssl >/dev/null || die "openssl is missing: run 'make deps'"
 command -v curl >/dev/null || die "curl is missing: run 'make deps'"
 CONTROL_PLANE_ONLY=${AGENTPLANE_CONTROL_PLANE_ONLY:-0}
+ARCHIVE=${AGENTPLANE_ARCHIVE:-1}
 if [ "$CONTROL_PLANE_ONLY" != 1 ]; then
   while read -r svc _ _; do
     [ -x "$SERVICES_BIN/$svc" ] || die "$SERVICES_BIN/$svc is missing: run 'make build'"
@@ -345,7 +344,7 @@ svc_auth() {
 svc_env() {
   case $1 in
     run-controller) echo "JANGAR_AGENT_IMAGE=${AGENTPLANE_AGENT_IMAGE:-agentplane/agent:dev}" ;;
-    job-gc | watch-gateway) echo "JANGAR_ARCHIVE_URL=$ARCHIVE_URL" ;;
+    job-gc | watch-gateway) [ "$ARCHIVE" = 0 ] || echo "JANGAR_ARCHIVE_URL=$ARCHIVE_URL" ;;
   esac
 }
 
@@ -360,30 +359,9 @@ start redis "$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --s
 wait_for redis 15 port_taken "$REDIS_PORT"
 
 # PostgreSQL for job-gc's run archive (docs/archive.md), from Debian's package as Redis is, its
-# data in $LOCAL_DIR/postgres (kept by make down, like etcd's). PostgreSQL refuses to run as
-# root: as root, initdb and the server run as the postgres user inside a user namespace of their
-# own (unshare maps that user to root outside), so they own the data directory wherever
-# LOCAL_DIR is, even below a directory only root may enter. TCP on loopback only (no Unix
-# socket), trust authentication, as the local Redis has no password.
-PG_DATA=$LOCAL_DIR/postgres
-as_pg=()
-if [ "$(id -u)" = 0 ]; then
-  pg_uid=$(id -u postgres 2>/dev/null) || die "no postgres user to run PostgreSQL as (Debian's postgresql package makes one): run 'make deps'"
-  as_pg=(unshare --user --map-user="$pg_uid" --map-group="$(id -g postgres)")
-fi
-if [ ! -f "$PG_DATA/PG_VERSION" ]; then
-  rm -rf "$PG_DATA" && mkdir -p "$PG_DATA" && chmod 700 "$PG_DATA"
-  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DATA" -U agentplane --auth=trust --encoding=UTF8 --no-sync >>"$LOG_DIR/postgres.log" 2>&1 ||
-    { tail -n 20 "$LOG_DIR/postgres.log" >&2; die "initdb failed; its log is $LOG_DIR/postgres.log"; }
-fi
-start postgres "$POSTGRES_PORT" "${as_pg[@]}" "$PG_BIN/postgres" -D "$PG_DATA" -p "$POSTGRES_PORT" \
-  -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=50
-pg_ready() { "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane -d postgres -c 'SELECT 1'; }
-wait_for postgres 30 pg_ready
-if ! "$PG_BIN/psql" -X -A -t -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane -d postgres \
-  -c "SELECT 1 FROM pg_database WHERE datname = 'agentplane'" | grep -qx 1; then
-  "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane -d postgres -c 'CREATE DATABASE agentplane' >/dev/null
-fi
+# data in $LOCAL_DIR/postgres (kept by make down, like etcd's): on loopback, trust authentication,
+# as the local Redis has no password (lib.sh, start_postgres).
+start_postgres 127.0.0.1
 ARCHIVE_URL="postgres://agentplane@127.0.0.1:$POSTGRES_PORT/agentplane?sslmode=disable"
 
 # watch-gateway follows every service's grpc.health.v1 (no Deployments to discover them by here).
@@ -409,7 +387,7 @@ agentplane is up (state in $LOCAL_DIR).
   kubectl get nodes
   kubectl apply -f examples/agentrun.yaml && kubectl get agentrun
   agentctl version
-Run archive (job-gc writes every finished run to it; watch-gateway reads it: agentctl get runs --archived): PostgreSQL at $ARCHIVE_URL
+$(if [ "$ARCHIVE" = 0 ]; then echo "Run archive: off (AGENTPLANE_ARCHIVE=0); PostgreSQL runs at $ARCHIVE_URL"; else echo "Run archive (job-gc writes every finished run to it; watch-gateway reads it: agentctl get runs --archived): PostgreSQL at $ARCHIVE_URL"; fi)
 Services (gRPC / metrics):
 $(echo "$SERVICE_TABLE" | awk '{printf "  %-18s 127.0.0.1:%s  http://127.0.0.1:%s/metrics\n", $1, $2, $3}')
 Web console (health, runs, a run's steps and Cancel, status history): http://localhost:$WATCH_HTTP_PORT/

@@ -1,11 +1,13 @@
-// Package archiver is job-gc's run archive writer (#37). While archiving is on, every AgentRun
-// and OrchestrationRun carries the agents.proompteng.ai/archive finalizer; when a run finishes,
-// what will soon be gone is captured — its Events (the API server keeps them an hour), its Jobs'
-// outcomes and the tails of its containers' logs (redacted) — and written with the run's final
-// object to the archive (libs/archive), before job-gc lets its Jobs go (the job-result hold waits
-// for it) and before retention deletes it. A deletion by hand waits too: the finalizer is
-// released only once the run is archived. Writes are idempotent (one row per run UID), so a
-// write retried after a crash stores one row.
+// Package archiver is job-gc's run archive writer (#37). While archiving is on, every unfinished
+// AgentRun and OrchestrationRun carries the agents.proompteng.ai/archive finalizer; when a run
+// finishes, what will soon be gone is captured — its Events (the API server keeps them an hour),
+// its Jobs' outcomes and the tails of its containers' logs (redacted) — and written with the
+// run's final object to the archive (libs/archive), before job-gc lets its Jobs go (the
+// job-result hold waits for it) and before retention deletes it. A deletion by hand waits too:
+// the finalizer is released only once the run is archived, and then at once, so that a finished
+// run's retention is one request. A run that finished unheld (before job-gc saw it) is archived
+// without a hold, and held only if the write fails. Writes are idempotent (one row per run UID),
+// so a write retried after a crash stores one row.
 //
 // With archiving off (an Archiver without a Store), the archiver releases the finalizer from every
 // run that still has it.
@@ -143,10 +145,25 @@ func (a *Archiver) reconcile(ctx context.Context, kind string, o metav1.Object, 
 			return true, err
 		}
 		return true, a.release(ctx, kind, o.GetNamespace(), o.GetName(), o.GetFinalizers())
+	case done:
+		// A finished run is archived at once, and then nothing needs to wait for it: the hold
+		// is released in the same pass, so that its retention, or a deletion by hand, is a
+		// single request. One never held (finished before job-gc saw it) is held only when the
+		// write fails, so that a deletion by hand waits for the archive's return.
+		if err := a.ensure(ctx, kind, o.GetNamespace(), o.GetName(), o.GetUID(), capture); err != nil {
+			if !held {
+				if herr := a.hold(ctx, kind, o.GetNamespace(), o.GetName(), o.GetResourceVersion(), o.GetFinalizers()); herr != nil {
+					return false, errors.Join(err, herr)
+				}
+			}
+			return false, err
+		}
+		if held {
+			return false, a.release(ctx, kind, o.GetNamespace(), o.GetName(), o.GetFinalizers())
+		}
+		return false, nil
 	case !held:
 		return false, a.hold(ctx, kind, o.GetNamespace(), o.GetName(), o.GetResourceVersion(), o.GetFinalizers())
-	case done:
-		return false, a.ensure(ctx, kind, o.GetNamespace(), o.GetName(), o.GetUID(), capture)
 	}
 	return false, nil
 }

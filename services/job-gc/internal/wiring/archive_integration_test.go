@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -304,6 +308,73 @@ func TestRetentionWithTheDatabaseStoppedMidwayArchivesEveryRunOnce(t *testing.T)
 		}
 		return nil
 	})
+}
+
+// TestAnArchivedRunIsLetGoAtOnceSoItsRetentionIsOneDeletion: a run held while it runs is
+// released in the pass that archives it, long before its retention (an hour here), so that
+// nothing is left for the end of its retention but the deletion: when it comes (job-gc's clock
+// moved on) job-gc makes exactly one request, the DELETE.
+func TestAnArchivedRunIsLetGoAtOnceSoItsRetentionIsOneDeletion(t *testing.T) {
+	c, store := archiveFor(t)
+	var requests, later atomic.Int64
+	deletes := map[string]int{}
+	var mu sync.Mutex
+	f := startWith(t, defaults(), func(d *Deps) {
+		withArchive(c)(d)
+		d.Now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
+		d.REST = testenv.CountRequests(env.Config, &requests, func(r *http.Request) bool {
+			if r.Method == http.MethodDelete {
+				mu.Lock()
+				deletes[r.URL.Path]++
+				mu.Unlock()
+			}
+			return true
+		})
+		d.Kube = kubernetes.NewForConfigOrDie(d.REST)
+	})
+	ar := f.run("kept", nil)
+	testenv.Eventually(t, 20*time.Second, "held while it runs", func() error {
+		if ok, err := f.held("kept"); err != nil || !ok {
+			return fmt.Errorf("held %v (%v)", ok, err)
+		}
+		return nil
+	})
+	f.setStatus(ar, finished("Succeeded"))
+	testenv.Eventually(t, 20*time.Second, "archived and let go, still there", func() error {
+		if ok, err := store.Has(context.Background(), string(ar.UID)); err != nil || !ok {
+			return fmt.Errorf("archived %v (%v)", ok, err)
+		}
+		if ok, err := f.held("kept"); err != nil || ok {
+			return fmt.Errorf("held %v (%v)", ok, err)
+		}
+		return nil
+	})
+	// Quiet: nothing more to do until the retention ends.
+	before := requests.Load()
+	time.Sleep(time.Second)
+	if n := requests.Load() - before; n != 0 {
+		t.Fatalf("job-gc made %d requests while the archived run waited for its retention", n)
+	}
+	// Its retention (an hour) ends: job-gc's clock moves two hours on, and a label the test
+	// adds makes job-gc look at the run again.
+	later.Store(int64(2 * time.Hour))
+	before = requests.Load()
+	if err := f.rc.Patch(types.MergePatchType).Namespace(f.ns).Resource("agentruns").Name("kept").
+		Body([]byte(`{"metadata":{"labels":{"retention":"over"}}}`)).Do(context.Background()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "gone at the end of its retention", func() error {
+		if _, err := f.getRun("kept"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // what job-gc does on seeing it gone
+	mu.Lock()
+	defer mu.Unlock()
+	if n := requests.Load() - before; n != 1 || len(deletes) != 1 {
+		t.Errorf("the end of an archived run's retention took %d requests (deletes %v), want 1: the DELETE", n, deletes)
+	}
 }
 
 // TestTurningArchivingOffReleasesTheFinalizer: runs held by an archiving job-gc are let go by one
