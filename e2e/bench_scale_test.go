@@ -314,6 +314,11 @@ func scrapeScale(b *testing.B, kc kubernetes.Interface, pids map[string]int) map
 		b.Fatalf("read the API server's metrics: %v", err)
 	}
 	for _, l := range strings.Split(string(raw), "\n") {
+		// Where the API server's time goes: the seconds it spent on each verb and resource.
+		if strings.HasPrefix(l, "apiserver_request_duration_seconds_sum{") {
+			m["secs "+label(l, "verb")+" "+label(l, "resource")+"/"+label(l, "subresource")] += num(l)
+			continue
+		}
 		if !strings.HasPrefix(l, "apiserver_request_total{") {
 			continue
 		}
@@ -366,21 +371,31 @@ func label(line, name string) string {
 }
 
 // topReads lists the five (verb, resource) pairs whose reads grew most between two scrapes.
-func topReads(before, after map[string]float64) string {
+func topReads(before, after map[string]float64) string { return top(before, after, "reads ", 5, "%.0f") }
+
+// topSeconds lists the n (verb, resource/subresource) pairs on which the API server spent the
+// most seconds between two scrapes (apiserver_request_duration_seconds; a watch counts the time it
+// stayed open).
+func topSeconds(before, after map[string]float64, n int) string {
+	return top(before, after, "secs ", n, "%.1fs")
+}
+
+// top lists the n keys with prefix whose values grew most between two scrapes.
+func top(before, after map[string]float64, prefix string, n int, format string) string {
 	type kv struct {
 		k string
 		v float64
 	}
 	var d []kv
 	for k, v := range after {
-		if strings.HasPrefix(k, "reads ") {
-			d = append(d, kv{strings.TrimPrefix(k, "reads "), v - before[k]})
+		if strings.HasPrefix(k, prefix) {
+			d = append(d, kv{strings.TrimPrefix(k, prefix), v - before[k]})
 		}
 	}
 	sort.Slice(d, func(i, j int) bool { return d[i].v > d[j].v })
 	var out []string
-	for i := 0; i < len(d) && i < 5; i++ {
-		out = append(out, fmt.Sprintf("%s %.0f", d[i].k, d[i].v))
+	for i := 0; i < len(d) && i < n; i++ {
+		out = append(out, fmt.Sprintf("%s "+format, d[i].k, d[i].v))
 	}
 	return strings.Join(out, ", ")
 }

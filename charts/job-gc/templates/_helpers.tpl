@@ -75,11 +75,12 @@ with rbac.clusterScoped).
   resources: ["orchestrationruns"]
   verbs: ["get", "list", "watch", "patch", "archive", "delete"]
 {{- if .Values.archive.enabled }}
-# The run archive captures what goes soon: a finished run's Events (list, by the run's UID), its
-# Jobs' pods (list, by job-name) and the tails of their logs.
+# The run archive captures what goes soon: a finished run's Events (watched: those about
+# AgentRuns and OrchestrationRuns, kept in job-gc's cache), its Jobs' pods (list, by job-name)
+# and the tails of their logs.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]

@@ -28,7 +28,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -60,6 +63,9 @@ type Archiver struct {
 	// Jobs are the informers of run-controller's Jobs by namespace, indexed by ByRun.
 	Jobs  map[string]cache.SharedIndexInformer
 	ByRun string
+	// Events are, by namespace, the informers of the Events about runs (EventInformers), indexed
+	// by ByInvolved; nil: a run's Events are listed when it is captured.
+	Events map[string][]cache.SharedIndexInformer
 	// LogLines is how many lines of each container's log are kept (0: none are read).
 	LogLines int64
 	// Now is the clock.
@@ -321,14 +327,28 @@ func (a *Archiver) captureOrchestrationRun(ctx context.Context, or *orchv1alpha1
 	return r, err
 }
 
-// events are the Events about the object with uid, oldest first, their messages redacted.
+// events are the Events about the object with uid, oldest first, their messages redacted: from
+// the Events informers when there are, else listed (a LIST of Events is a read of etcd: the API
+// server keeps no watch cache of Events, and the field selector is applied to every Event of the
+// namespace; one per run made archiving cost more API server time than the rest of a run's life,
+// docs/benchmarks.md "The run archive").
 func (a *Archiver) events(ctx context.Context, ns string, uid types.UID) ([]archive.Event, error) {
-	list, err := a.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
-	if err != nil {
-		return nil, fmt.Errorf("list the Events of %s in %s: %w", uid, ns, err)
+	var items []corev1.Event
+	if infs, ok := a.Events[ns]; ok {
+		for _, inf := range infs {
+			for _, e := range controller.ByIndex[*corev1.Event](inf, ByInvolved, string(uid)) {
+				items = append(items, *e)
+			}
+		}
+	} else {
+		list, err := a.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
+		if err != nil {
+			return nil, fmt.Errorf("list the Events of %s in %s: %w", uid, ns, err)
+		}
+		items = list.Items
 	}
-	out := make([]archive.Event, 0, len(list.Items))
-	for _, e := range list.Items {
+	out := make([]archive.Event, 0, len(items))
+	for _, e := range items {
 		first, last := e.FirstTimestamp.Time, e.LastTimestamp.Time
 		if first.IsZero() {
 			first = e.EventTime.Time
@@ -478,4 +498,50 @@ func ReleaseAll(ctx context.Context, client versioned.Interface, namespace strin
 		}
 	}
 	return n, nil
+}
+
+// ByInvolved is the name of the Events informers' index by the UID of the object an Event is
+// about.
+const ByInvolved = "involved"
+
+// EventInformers are the informers of the Events about AgentRuns and about OrchestrationRuns in
+// namespace (one each: a field selector matches one kind), indexed by ByInvolved, each Event kept
+// with only what the archive records.
+func EventInformers(kube kubernetes.Interface, namespace string) []cache.SharedIndexInformer {
+	var out []cache.SharedIndexInformer
+	for _, kind := range []string{"AgentRun", "OrchestrationRun"} {
+		inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = "involvedObject.kind=" + kind
+				return kube.CoreV1().Events(namespace).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = "involvedObject.kind=" + kind
+				return kube.CoreV1().Events(namespace).Watch(ctx, o)
+			},
+		}, &corev1.Event{}, 0, cache.Indexers{ByInvolved: func(obj any) ([]string, error) {
+			if e, ok := obj.(*corev1.Event); ok {
+				return []string{string(e.InvolvedObject.UID)}, nil
+			}
+			return nil, nil
+		}})
+		utilruntime.Must(inf.SetTransform(slimEvent))
+		out = append(out, inf)
+	}
+	return out
+}
+
+// slimEvent keeps of an Event what the archive records, and what a cache needs to key it.
+func slimEvent(obj any) (any, error) {
+	e, ok := obj.(*corev1.Event)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace, UID: e.UID, ResourceVersion: e.ResourceVersion},
+		InvolvedObject: corev1.ObjectReference{Kind: e.InvolvedObject.Kind, Name: e.InvolvedObject.Name, UID: e.InvolvedObject.UID},
+		Type:           e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count,
+		FirstTimestamp: e.FirstTimestamp, LastTimestamp: e.LastTimestamp, EventTime: e.EventTime,
+		Source: corev1.EventSource{Component: e.Source.Component}, ReportingController: e.ReportingController,
+	}, nil
 }

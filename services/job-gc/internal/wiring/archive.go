@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/agentplane/agentplane/libs/archive"
 	"github.com/agentplane/agentplane/libs/controller"
@@ -47,7 +48,7 @@ func (l *lazyStore) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, 
 // newArchiver is the archive writer of g: once a run is archived, its Jobs are looked at again
 // (their job-result holds waited for it).
 func newArchiver(g *GC, cfg Config, d Deps) *archiver.Archiver {
-	return &archiver.Archiver{Store: d.Archive, Kube: d.Kube, Client: g.client, Jobs: g.jobs, ByRun: job.ByRun,
+	return &archiver.Archiver{Store: d.Archive, Kube: d.Kube, Client: g.client, Jobs: g.jobs, ByRun: job.ByRun, Events: map[string][]cache.SharedIndexInformer{},
 		LogLines: int64(cfg.ArchiveLogLines), Now: d.Now,
 		Archived: func(kind, ns, name string) {
 			if kind != "AgentRun" {

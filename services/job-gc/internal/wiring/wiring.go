@@ -160,6 +160,14 @@ func (g *GC) Run(ctx context.Context) error {
 		g.runs[ns] = af.Agents().V1alpha1().AgentRuns().Informer()
 		utilruntime.Must(g.runs[ns].AddIndexers(cache.Indexers{orchestrationrun.ByOrchestrationRun: controller.IndexByController("OrchestrationRun")}))
 		g.orchRuns[ns] = af.Orchestration().V1alpha1().OrchestrationRuns().Informer()
+		if g.d.Archive != nil {
+			// The runs' Events, for the archive's capture (a watch: the API server caches no
+			// Events, so a list per run would read the namespace's every Event from etcd).
+			g.archive.Events[ns] = archiver.EventInformers(g.d.Kube, ns)
+			for _, inf := range g.archive.Events[ns] {
+				g.ctl.Watch(inf, nil)
+			}
+		}
 		g.ctl.Watch(g.jobs[ns], controller.Handler(func(j *batchv1.Job, deleted bool) {
 			if deleted {
 				g.job.Forget(j.UID)
