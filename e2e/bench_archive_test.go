@@ -209,7 +209,7 @@ func BenchmarkArchiveTenThousandRuns(b *testing.B) {
 		b.Logf("%s (archive %v): %d AgentRuns created to Succeeded and cleaned up in %s (%.1f/s), %.2f API requests per run; deleted at the end of their retention in %s (%.1f/s), %.2f API requests per run; %d archive writes",
 			name, archive, n, r.life.took.Round(time.Second), float64(n)/r.life.took.Seconds(), r.life.requests,
 			r.retention.took.Round(time.Second), float64(n)/r.retention.took.Seconds(), r.retention.requests, int(r.writes))
-		b.Logf("%s: the API server's time over the life, by request (watches count the time they stayed open): %s", name, r.life.seconds)
+		b.Logf("%s: the API server's time over the life, by request (watches left out): %s", name, r.life.seconds)
 		b.Logf("%s: over the retention: %s", name, r.retention.seconds)
 		return r
 	}

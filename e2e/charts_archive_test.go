@@ -90,8 +90,25 @@ func TestJobGCChartArchiveValues(t *testing.T) {
 	if m := fmt.Sprint(at(c, "volumeMounts")); !strings.Contains(m, "mountPath:/etc/agentplane/archive-ca") {
 		t.Errorf("the CA is not mounted: %s", m)
 	}
+	// The archive switch: the policy agentplane-archive-hold holds every run created in job-gc's
+	// namespace while a RoleBinding there grants its identity the verb archive; off, none.
+	switchOf := func(objs []map[string]any) []string {
+		var out []string
+		for _, b := range kind(objs, "RoleBinding") {
+			if strings.HasSuffix(fmt.Sprint(at(b, "metadata", "name")), "archive-switch") {
+				out = append(out, fmt.Sprint(at(b, "metadata", "namespace"), " ", at(b, "subjects")))
+			}
+		}
+		return out
+	}
+	if got := switchOf(on); len(got) != 1 || !strings.Contains(got[0], "name:archive-switch namespace:agentplane") {
+		t.Errorf("archiving on: the archive switch's RoleBindings %v, want one granting system:serviceaccount:agentplane:archive-switch", got)
+	}
+	if got := switchOf(off); len(got) != 0 {
+		t.Errorf("archiving off: the archive switch is granted: %v", got)
+	}
 	rules = roleRules(t, on)
-	for _, want := range []string{"events:list", "pods:list", "pods/log:get", "agentruns:patch"} {
+	for _, want := range []string{"events:list", "events:watch", "pods:list", "pods/log:get", "agentruns:patch"} {
 		if !slices.Contains(rules, want) {
 			t.Errorf("archiving on: the Role lacks %s: %v", want, rules)
 		}

@@ -303,6 +303,23 @@ PROBE
       --as system:serviceaccount:agentplane:cancel-switch 2>/dev/null)" = "$want_switch" ]
   }
   wait_for kube-apiserver 30 switch_in_force
+  # With the services, the archive switch job-gc's chart turns on with archive.enabled (the
+  # policy agentplane-archive-hold then adds the archive's finalizer to every run created): on
+  # while job-gc archives, off with AGENTPLANE_ARCHIVE=0.
+  if [ "$CONTROL_PLANE_ONLY" != 1 ]; then
+    if [ "$ARCHIVE" = 0 ]; then
+      "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/archive-switch.yaml" >/dev/null
+      want_archive=no
+    else
+      "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/archive-switch.yaml" >/dev/null
+      want_archive=yes
+    fi
+    archive_switch_in_force() {
+      [ "$("${KUBECTL[@]}" auth can-i archive agentruns.agents.proompteng.ai -n "$NAMESPACE" \
+        --as system:serviceaccount:agentplane:archive-switch 2>/dev/null)" = "$want_archive" ]
+    }
+    wait_for kube-apiserver 30 archive_switch_in_force
+  fi
 fi
 node_ready() { "${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for kwok 90 node_ready

@@ -5,6 +5,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -489,5 +490,54 @@ func TestTheArchiveVerbMayChangeOnlyTheArchiveFinalizer(t *testing.T) {
 		if err := merge(archiver, o, `{"metadata":{"finalizers":null}}`); err != nil {
 			t.Errorf("%s: releasing with the verb archive refused: %v", o.GetName(), err)
 		}
+	}
+}
+
+// TestArchivingOnHoldsEveryRunFromItsCreation (#37): in a namespace where job-gc's chart turned
+// the archive switch on (the verb archive granted to system:serviceaccount:agentplane:archive-switch),
+// the policy agentplane-archive-hold adds the archive's finalizer to every AgentRun and
+// OrchestrationRun created, beside any finalizer the creator gave; elsewhere it adds none.
+func TestArchivingOnHoldsEveryRunFromItsCreation(t *testing.T) {
+	ctx := context.Background()
+	on, off := namespace(t), namespace(t)
+	grant(t, on, "system:serviceaccount:agentplane:archive-switch", rule("agents.proompteng.ai", "agentruns", nil, "archive"),
+		rule("orchestration.proompteng.ai", "orchestrationruns", nil, "archive"))
+	const hold = agentsv1alpha1.FinalizerArchive
+	// The policy and the grant are in force once a run created in the namespace comes back held.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		ar := sampleRun(on, fmt.Sprintf("probe-%d", i))
+		if err := c.Create(ctx, ar); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(ar.Finalizers, hold) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a run created where archiving is on was never held: finalizers %v", ar.Finalizers)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ar := sampleRun(on, "with-its-own")
+	ar.Finalizers = []string{"example.com/stay"}
+	or := &orchestrationv1alpha1.OrchestrationRun{ObjectMeta: metav1.ObjectMeta{Namespace: on, Name: "or"},
+		Spec: orchestrationv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchestrationv1alpha1.NameRef{Name: "pipeline"}}}
+	elsewhere := sampleRun(off, "elsewhere")
+	for _, o := range []client.Object{ar, or, elsewhere} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ar.Finalizers; !slices.Contains(got, hold) || !slices.Contains(got, "example.com/stay") {
+		t.Errorf("an AgentRun created with a finalizer of its own has %v, want it and the archive's", got)
+	}
+	if !slices.Contains(or.Finalizers, hold) {
+		t.Errorf("an OrchestrationRun created where archiving is on has %v, want the archive's finalizer", or.Finalizers)
+	}
+	if slices.Contains(elsewhere.Finalizers, hold) {
+		t.Errorf("an AgentRun created where archiving is off has %v, want no archive finalizer", elsewhere.Finalizers)
+	}
+	for _, o := range []client.Object{ar, or} {
+		_ = c.Patch(ctx, o, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 	}
 }

@@ -1,5 +1,7 @@
 // Package archiver is job-gc's run archive writer (#37). While archiving is on, every unfinished
-// AgentRun and OrchestrationRun carries the agents.proompteng.ai/archive finalizer; when a run
+// AgentRun and OrchestrationRun carries the agents.proompteng.ai/archive finalizer (the API
+// server's admission policy agentplane-archive-hold adds it at creation where job-gc's chart
+// switched it on; the archiver adds it to a run without it); when a run
 // finishes, what will soon be gone is captured — its Events (the API server keeps them an hour),
 // its Jobs' outcomes and the tails of its containers' logs (redacted) — and written with the
 // run's final object to the archive (libs/archive), before job-gc lets its Jobs go (the
