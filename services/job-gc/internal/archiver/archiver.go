@@ -82,6 +82,7 @@ type Archiver struct {
 	mu      sync.Mutex
 	done    map[types.UID]bool      // written by this process
 	pending map[types.UID]time.Time // finished, not yet written: since when
+	seen    map[types.UID]bool      // seen held by this process
 }
 
 // logBytes bounds what is read of one container's log.
@@ -89,7 +90,7 @@ const logBytes = 64 << 10
 
 func (a *Archiver) init() {
 	if a.done == nil {
-		a.done, a.pending = map[types.UID]bool{}, map[types.UID]time.Time{}
+		a.done, a.pending, a.seen = map[types.UID]bool{}, map[types.UID]time.Time{}, map[types.UID]bool{}
 	}
 }
 
@@ -118,6 +119,20 @@ func (a *Archiver) Forget(uid types.UID) {
 	defer a.mu.Unlock()
 	delete(a.done, uid)
 	delete(a.pending, uid)
+	delete(a.seen, uid)
+}
+
+// sawHeld records whether the run with uid is held now, and reports whether this process saw it
+// held before.
+func (a *Archiver) sawHeld(uid types.UID, held bool) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.init()
+	before := a.seen[uid]
+	if held {
+		a.seen[uid] = true
+	}
+	return before
 }
 
 // AgentRun does the archive's part of reconciling ar: it holds a live run with the finalizer,
@@ -145,6 +160,7 @@ func (a *Archiver) reconcile(ctx context.Context, kind string, o metav1.Object, 
 		}
 		return deleting, nil
 	}
+	wasHeld := a.sawHeld(o.GetUID(), held)
 	switch {
 	case deleting && !held:
 		return true, nil
@@ -169,6 +185,11 @@ func (a *Archiver) reconcile(ctx context.Context, kind string, o metav1.Object, 
 		if held {
 			return false, a.release(ctx, kind, o.GetNamespace(), o.GetName(), o.GetFinalizers())
 		}
+		return false, nil
+	case !held && wasHeld:
+		// Released by someone else while it runs: job-gc's uninstall hook (job-gc release-holds,
+		// which runs while job-gc still does), or a person with the verb archive. The release
+		// stands; the run is still archived when it finishes, unheld.
 		return false, nil
 	case !held:
 		return false, a.hold(ctx, kind, o.GetNamespace(), o.GetName(), o.GetResourceVersion(), o.GetFinalizers())

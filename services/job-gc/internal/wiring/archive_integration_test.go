@@ -493,6 +493,42 @@ func TestArchivedRunsPastTheArchivesRetentionAreDeleted(t *testing.T) {
 	}
 }
 
+// TestAReleaseWhileJobGCRunsStands: helm uninstall runs `job-gc release-holds` (the pre-delete
+// hook) while job-gc still runs; job-gc must not hold again the runs the hook let go of, or they
+// would wait on an archive no one writes once job-gc is gone. A run so released is still archived
+// when it finishes.
+func TestAReleaseWhileJobGCRunsStands(t *testing.T) {
+	c, store := archiveFor(t)
+	f := startWith(t, defaults(), withArchive(c))
+	ctx := context.Background()
+	ar := f.run("released", nil)
+	testenv.Eventually(t, 20*time.Second, "held", func() error {
+		if ok, err := f.held("released"); err != nil || !ok {
+			return fmt.Errorf("held %v (%v)", ok, err)
+		}
+		return nil
+	})
+	var out, errOut strings.Builder
+	if code := ReleaseHolds(ctx, config.FromMap(map[string]string{"KUBECONFIG": env.Kubeconfig, "JANGAR_AGENTS_CONTROLLER_NAMESPACES": f.ns}), &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "released agentrun/released -n "+f.ns+" (archive)") {
+		t.Fatalf("release-holds did not release the run:\n%s", out.String())
+	}
+	// Time for job-gc to see the release (its informer) and, were it to, hold the run again.
+	time.Sleep(2 * time.Second)
+	if ok, err := f.held("released"); err != nil || ok {
+		t.Fatalf("job-gc held again a run release-holds let go of (held %v, %v)", ok, err)
+	}
+	f.setStatus(ar, finished("Succeeded"))
+	testenv.Eventually(t, 20*time.Second, "archived when it finished", func() error {
+		if ok, err := store.Has(ctx, string(ar.UID)); err != nil || !ok {
+			return fmt.Errorf("archived %v (%v)", ok, err)
+		}
+		return nil
+	})
+}
+
 // TestReleaseHoldsFreesJobsAndArchiveHolds: `job-gc release-holds` (the chart's uninstall hook)
 // releases, once job-gc is gone, the job-result hold of every Job and the archive's finalizer of
 // every AgentRun and OrchestrationRun of its namespaces, saying what it released; the runs can
