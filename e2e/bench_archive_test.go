@@ -188,7 +188,7 @@ func BenchmarkArchiveTenThousandRuns(b *testing.B) {
 				}}, metav1.CreateOptions{})
 				return err
 			})
-			waitUntil(name+": every run Succeeded, archived, its Job and pod gone", time.Now().Add(60*time.Minute), func() (bool, string) {
+			waitUntil(name+": every run Succeeded, archived, its Job and pod gone", time.Now().Add(60*time.Minute), func() (bool, string) { //nolint:contextcheck // jobsAndPods reads with its own background context
 				succeeded := metric("run-controller", `agentplane_run_controller_runs{phase="Succeeded"}`)
 				written := metric("job-gc", `agentplane_job_gc_archive_writes_total{result="ok"}`) - writes0
 				jobs, pods := jobsAndPods(b, kc, ns, "")

@@ -371,7 +371,9 @@ func label(line, name string) string {
 }
 
 // topReads lists the five (verb, resource) pairs whose reads grew most between two scrapes.
-func topReads(before, after map[string]float64) string { return top(before, after, "reads ", 5, "%.0f") }
+func topReads(before, after map[string]float64) string {
+	return top(before, after, "reads ", 5, "%.0f")
+}
 
 // topSeconds lists the n (verb, resource/subresource) pairs on which the API server spent the
 // most seconds between two scrapes (apiserver_request_duration_seconds), watches left out (they
