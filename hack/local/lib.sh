@@ -117,7 +117,7 @@ pg_bin() {
 # LOCAL_DIR is, even below a directory only root may enter.
 start_postgres() {
   local listen=$1 pwfile=${2:-} data=$LOCAL_DIR/postgres
-  local as_pg=() auth=(--auth=trust) pw=()
+  local as_pg=() auth=(--auth=trust)
   if [ "$(id -u)" = 0 ]; then
     local pg_uid
     pg_uid=$(id -u postgres 2>/dev/null) || die "no postgres user to run PostgreSQL as (Debian's postgresql package makes one): run 'make deps'"
@@ -126,26 +126,22 @@ start_postgres() {
   if [ -n "$pwfile" ]; then
     [ -s "$pwfile" ] || (umask 077 && openssl rand -hex 16 >"$pwfile")
     auth=(--auth-host=scram-sha-256 --auth-local=trust)
-    pw=(-c password_encryption=scram-sha-256)
   fi
   if [ ! -f "$data/PG_VERSION" ]; then
     rm -rf "$data" && mkdir -p "$data" && chmod 700 "$data"
+    # The user namespace maps the postgres user to this one: initdb reads the password file (0600)
+    # as its owner.
     local initdb_pw=()
-    if [ -n "$pwfile" ]; then
-      # initdb runs as the postgres user, who may not read the file: a copy it owns, removed after.
-      cp "$pwfile" "$data.pw" && chmod 644 "$data.pw"
-      initdb_pw=(--pwfile="$data.pw")
-    fi
+    [ -z "$pwfile" ] || initdb_pw=(--pwfile="$pwfile")
     "${as_pg[@]}" "$PG_BIN/initdb" -D "$data" -U agentplane "${auth[@]}" "${initdb_pw[@]}" --encoding=UTF8 --no-sync >>"$LOG_DIR/postgres.log" 2>&1 ||
-      { rm -f "$data.pw"; tail -n 20 "$LOG_DIR/postgres.log" >&2; die "initdb failed; its log is $LOG_DIR/postgres.log"; }
-    rm -f "$data.pw"
+      { tail -n 20 "$LOG_DIR/postgres.log" >&2; die "initdb failed; its log is $LOG_DIR/postgres.log"; }
     if [ -n "$pwfile" ]; then
       # Pods connect from their own addresses: every address, each with the password.
       printf 'host all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n' >>"$data/pg_hba.conf"
     fi
   fi
   start postgres "$POSTGRES_PORT" "${as_pg[@]}" "$PG_BIN/postgres" -D "$data" -p "$POSTGRES_PORT" \
-    -c listen_addresses="$listen" -c unix_socket_directories= -c max_connections=50 "${pw[@]}"
+    -c listen_addresses="$listen" -c unix_socket_directories= -c max_connections=50
   local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U agentplane)
   if [ -n "$pwfile" ]; then psql=(env PGPASSWORD="$(cat "$pwfile")" "${psql[@]}"); fi
   pg_ready() { "${psql[@]}" -d postgres -c 'SELECT 1'; }

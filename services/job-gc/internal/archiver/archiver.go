@@ -353,8 +353,7 @@ func (a *Archiver) captureOrchestrationRun(ctx context.Context, or *orchv1alpha1
 // events are the Events about the object with uid, oldest first, their messages redacted: from
 // the Events informers when there are, else listed (a LIST of Events is a read of etcd: the API
 // server keeps no watch cache of Events, and the field selector is applied to every Event of the
-// namespace; one per run made archiving cost more API server time than the rest of a run's life,
-// docs/benchmarks.md "The run archive").
+// namespace, a cost per run that grows with the namespace's runs).
 func (a *Archiver) events(ctx context.Context, ns string, uid types.UID) ([]archive.Event, error) {
 	var items []corev1.Event
 	if infs, ok := a.Events[ns]; ok {
