@@ -107,6 +107,18 @@ func TestJobGCChartArchiveValues(t *testing.T) {
 	if got := switchOf(off); len(got) != 0 {
 		t.Errorf("archiving off: the archive switch is granted: %v", got)
 	}
+	// With rbac.clusterScoped job-gc still archives only in its namespaces: the switch is granted
+	// in each of them and nowhere else (a run held where no job-gc archives could not be deleted).
+	wide := objects(t, h, "job-gc", "--set", "archive.enabled=true", "--set", "archive.url=postgres://agentplane@archive/agentplane",
+		"--set", "rbac.clusterScoped=true", "--set", "controller.namespaces={team-a,team-b}")
+	if got := switchOf(wide); len(got) != 2 || !strings.HasPrefix(got[0], "team-a ") || !strings.HasPrefix(got[1], "team-b ") {
+		t.Errorf("rbac.clusterScoped: the archive switch's RoleBindings %v, want one in team-a and one in team-b", got)
+	}
+	for _, b := range kind(wide, "ClusterRoleBinding") {
+		if name := fmt.Sprint(at(b, "metadata", "name")); strings.HasSuffix(name, "archive-switch") {
+			t.Errorf("rbac.clusterScoped: the archive switch is granted cluster-wide (%s)", name)
+		}
+	}
 	rules = roleRules(t, on)
 	for _, want := range []string{"events:list", "events:watch", "pods:list", "pods/log:get", "agentruns:patch"} {
 		if !slices.Contains(rules, want) {

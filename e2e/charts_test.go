@@ -515,7 +515,7 @@ func TestCharts(t *testing.T) {
 		}
 		// Besides the CRDs: the admission policies (docs/security.md), each bound, and the
 		// ClusterRole that grants `use` on ServiceAccounts; nothing else.
-		want := map[string]int{"CustomResourceDefinition": len(wantCRDs), "MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
+		want := map[string]int{"CustomResourceDefinition": len(wantCRDs), "MutatingAdmissionPolicy": 2, "MutatingAdmissionPolicyBinding": 2,
 			"ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6, "ClusterRole": 1}
 		if !reflect.DeepEqual(kinds, want) {
 			t.Errorf("the CRD chart renders %v, want %v", kinds, want)

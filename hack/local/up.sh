@@ -280,6 +280,10 @@ PROBE
       agents.proompteng.ai/created-by=someone-else >/dev/null 2>&1; then
       ok=0
     fi
+    # Without finalizers first: where the archive switch is on, the probe is held for an archive
+    # no one writes ("default" is no namespace of job-gc's), and a probe left terminating would
+    # refuse every later probe as AlreadyExists.
+    "${KUBECTL[@]}" -n default patch agentrun up-probe --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
     "${KUBECTL[@]}" -n default delete agentrun up-probe --ignore-not-found --wait=false >/dev/null 2>&1
     [ "$ok" = 1 ]
   }
@@ -307,11 +311,16 @@ PROBE
   # policy agentplane-archive-hold then adds the archive's finalizer to every run created): on
   # while job-gc archives, off with AGENTPLANE_ARCHIVE=0.
   if [ "$CONTROL_PLANE_ONLY" != 1 ]; then
+    # In $NAMESPACE only, where job-gc archives: a run held anywhere else would wait for ever.
+    # (A stack made before the switch was namespaced has it cluster-wide: that goes.)
+    "${KUBECTL[@]}" delete --ignore-not-found clusterrolebinding/local-make-up-job-gc-archive-switch \
+      clusterrole/local-make-up-job-gc-archive-switch >/dev/null
+    archive_switch=$(sed "s/^  namespace: agents\$/  namespace: $NAMESPACE/" "$ROOT/hack/local/archive-switch.yaml")
     if [ "$ARCHIVE" = 0 ]; then
-      "${KUBECTL[@]}" delete --ignore-not-found -f "$ROOT/hack/local/archive-switch.yaml" >/dev/null
+      "${KUBECTL[@]}" delete --ignore-not-found -f - <<<"$archive_switch" >/dev/null
       want_archive=no
     else
-      "${KUBECTL[@]}" apply --server-side --force-conflicts -f "$ROOT/hack/local/archive-switch.yaml" >/dev/null
+      "${KUBECTL[@]}" apply --server-side --force-conflicts -f - <<<"$archive_switch" >/dev/null
       want_archive=yes
     fi
     archive_switch_in_force() {
