@@ -477,6 +477,17 @@ spec:
 		t.Fatalf("the signed-in pages reported errors: %v", p)
 	}
 
+	// openListed opens a run's page once the runs page lists it: the console serves a run from
+	// the gateway's cache, which sees a run a moment after kubectl apply returns, and a page
+	// opened before that gets a 404 (shown as "not there", but the browser logs the 404 as a
+	// page error, which this test counts).
+	openListed := func(kind, name string) {
+		t.Helper()
+		b.do("open the runs page", chromedp.Evaluate[chromedp.Void](`location.hash = "#/runs"`))
+		b.await(name+" listed", fmt.Sprintf(`!!document.querySelector('#runs tr[data-key="%s/%s"]')`, kind, name), minute)
+		b.do("open "+name, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = "#/run/%s/%s"`, kind, name)))
+	}
+
 	// The steps graph follows the phases: every change of the graph is recorded in the page as
 	// it happens (a MutationObserver); each step's fill must be its phase's colour.
 	s.apply(`apiVersion: orchestration.proompteng.ai/v1alpha1
@@ -486,7 +497,7 @@ metadata:
 spec:
   orchestrationRef: {name: plan-and-implement}
 `)
-	b.do("open the diamond's page", chromedp.Evaluate[chromedp.Void](`location.hash = "#/run/OrchestrationRun/console-diamond"`))
+	openListed("OrchestrationRun", "console-diamond")
 	b.await("the graph drawn", `document.querySelectorAll("#run-graph g.step").length === 4`, minute)
 	evalJS[bool](b, `(() => {
 		window.__graph = [];
@@ -524,7 +535,7 @@ spec:
 
 	// Cancel on a long run ends in Cancelled.
 	s.apply(agentRunYAML("console-long", "600s"))
-	b.do("open console-long", chromedp.Evaluate[chromedp.Void](`location.hash = "#/run/AgentRun/console-long"`))
+	openListed("AgentRun", "console-long")
 	b.await("console-long Running", `document.getElementById("run-phase").textContent === "Running"`, 2*minute)
 	b.await("the Cancel button", `!document.getElementById("cancel").hidden`, minute)
 	b.do("click Cancel", chromedp.Click(chromedp.ID("cancel")))

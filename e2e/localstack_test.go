@@ -933,12 +933,15 @@ func agentctlRunVerbs(ctx context.Context, t *testing.T, kubeconfig string, kube
 		t.Errorf("resubmit-of: %q %v", out, err)
 	}
 
-	// Once the Job is gone (its TTL, job-gc's retention, or here a delete) its logs are too.
+	// Once the Job is gone (its TTL, job-gc's retention, or here a delete) its logs are too. The
+	// delete is in the foreground, as the TTL controller's is: it returns once the Job's pods are
+	// gone (in the background the garbage collector deletes them a moment later, and until then
+	// their logs can still be read).
 	job, err := kubectl("-n", "agents", "get", "agentrun", "ux-hello", "-o", "jsonpath={.status.jobRef.name}")
 	if err != nil || job == "" {
 		t.Fatalf("ux-hello's Job: %q %v", job, err)
 	}
-	if out, err := kubectl("-n", "agents", "delete", "job", job, "--timeout", "2m"); err != nil {
+	if out, err := kubectl("-n", "agents", "delete", "job", job, "--cascade=foreground", "--timeout", "2m"); err != nil {
 		t.Fatalf("delete job %s: %v\n%s", job, err, out)
 	}
 	out, code = ac("logs", "run", "ux-hello")
