@@ -312,9 +312,6 @@ PROBE
   # while job-gc archives, off with AGENTPLANE_ARCHIVE=0.
   if [ "$CONTROL_PLANE_ONLY" != 1 ]; then
     # In $NAMESPACE only, where job-gc archives: a run held anywhere else would wait for ever.
-    # (A stack made before the switch was namespaced has it cluster-wide: that goes.)
-    "${KUBECTL[@]}" delete --ignore-not-found clusterrolebinding/local-make-up-job-gc-archive-switch \
-      clusterrole/local-make-up-job-gc-archive-switch >/dev/null
     archive_switch=$(sed "s/^  namespace: agents\$/  namespace: $NAMESPACE/" "$ROOT/hack/local/archive-switch.yaml")
     if [ "$ARCHIVE" = 0 ]; then
       "${KUBECTL[@]}" delete --ignore-not-found -f - <<<"$archive_switch" >/dev/null
