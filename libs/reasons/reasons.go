@@ -57,6 +57,10 @@ const (
 const (
 	// WorkflowJobMissing: a run's Job vanished before its outcome was recorded (seed 002).
 	WorkflowJobMissing = "WorkflowJobMissing"
+	// Starting: the run was admitted and claimed its start; its Job is being created or its
+	// pod has not run yet (the status says JobCreated, with the Job's jobRef, if the pod has
+	// not run a few seconds after the Job was created).
+	Starting = "Starting"
 	// JobCreated: the run's Job is confirmed created.
 	JobCreated = "JobCreated"
 	// ReconcileError: a transient failure (API server, network); retried.
@@ -89,7 +93,7 @@ const (
 
 var all = map[string]bool{
 	InvalidSpec: true, MissingSecret: true, Forbidden: true,
-	WorkflowJobMissing: true, JobCreated: true, ReconcileError: true, QueueFull: true, JobResultHeld: true, JobFound: true,
+	WorkflowJobMissing: true, Starting: true, JobCreated: true, ReconcileError: true, QueueFull: true, JobResultHeld: true, JobFound: true,
 	CancelRequested: true, Cancelled: true, CancelTimedOut: true, CancelIgnoredTerminal: true, CancelDisabled: true,
 }
 

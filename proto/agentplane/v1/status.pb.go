@@ -194,12 +194,13 @@ type WriteStatusRequest struct {
 	Fields *structpb.Struct `protobuf:"bytes,7,opt,name=fields,proto3" json:"fields,omitempty"`
 	// FieldManager names the caller for server-side field ownership.
 	FieldManager string `protobuf:"bytes,8,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
-	// Claim makes the write a start claim (seed 003): it keeps phase, reason, message,
-	// observedGeneration and conditions as they are on the object, sets only the given fields
-	// (and updatedAt), and is refused with FAILED_PRECONDITION when the object's spec.cancel is
-	// true. It is judged on the live object and written guarded by its resourceVersion, so a
-	// cancel written before the claim always wins: a controller that claims before it creates
-	// anything starts nothing once the cancel is in.
+	// Claim makes the write a start claim (seed 003): it is refused with FAILED_PRECONDITION when
+	// the object's spec.cancel is true. A claim with no phase keeps phase, reason, message,
+	// observedGeneration and conditions as they are on the object and sets only the given fields
+	// (and updatedAt); a claim with a phase writes them all, as any write does, so that the status
+	// a run starts with and its claim are one write. It is judged on the live object and written
+	// guarded by its resourceVersion, so a cancel written before the claim always wins: a
+	// controller that claims before it creates anything starts nothing once the cancel is in.
 	Claim bool `protobuf:"varint,9,opt,name=claim,proto3" json:"claim,omitempty"`
 	// The kind-specific status fields, typed: the one for the object's kind, or none.
 	//

@@ -81,9 +81,10 @@ func (a *admission) seed(runs []*agentsv1alpha1.AgentRun) {
 	}
 }
 
-// hasStarted reports whether a run's first Job is recorded in its status.
+// hasStarted reports whether a run's first Job is recorded in its status, or its start was
+// claimed (reason Starting: the Job may exist before its jobRef is written).
 func hasStarted(ar *agentsv1alpha1.AgentRun) bool {
-	if ar.Status.JobRef != nil {
+	if ar.Status.JobRef != nil || ar.Status.Reason == reasons.Starting {
 		return true
 	}
 	if ar.Status.Workflow != nil {

@@ -242,7 +242,41 @@ func (c *Reconciler) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 		}
 	}
 	c.limits.markActive(ar)
-	return core.Result{}, c.setRunStatus(ctx, ar, jobRunStatus(job, c.PodRunning))
+	st := jobRunStatus(job, c.PodRunning)
+	delay := c.Cfg.JobRefDelay
+	if delay <= 0 {
+		delay = core.DefaultJobRefDelay
+	}
+	if wait := jobRefWait(ar, job, st, delay, c.Now()); wait > 0 {
+		return core.Result{RequeueAfter: wait}, nil
+	}
+	return core.Result{}, c.setRunStatus(ctx, ar, st)
+}
+
+// jobRefWait is how long to wait before writing st over the status of a run whose own start
+// claim said Starting (one not owned by an OrchestrationRun, whose claim is on the parent): 0
+// when st is to be written now, as it is unless it is the Pending JobCreated status that only
+// adds the jobRef, and the Job is younger than delay (Config.JobRefDelay). The run's cached status is not what
+// decides: the reconcile that claimed, and one woken by the Job's creation before the claim's
+// own update arrived, hold the run as it was before the claim.
+func jobRefWait(ar *agentsv1alpha1.AgentRun, job *batchv1.Job, st runStatus, delay time.Duration, now time.Time) time.Duration {
+	if st.phase != agentsv1alpha1.PhasePending || st.reason != reasons.JobCreated || ar.Status.JobRef != nil ||
+		core.ControllerOf(ar.OwnerReferences, "OrchestrationRun") != nil {
+		return 0
+	}
+	left := delay - now.Sub(job.CreationTimestamp.Time)
+	if left <= 0 {
+		return 0
+	}
+	return min(left, delay)
+}
+
+// startingStatus is what a job-runtime run's start claim writes: admitted, its Job (named) about
+// to be created.
+func startingStatus(jobName string) runStatus {
+	msg := "starting Job " + jobName + "; waiting for its pod to run"
+	return runStatus{phase: agentsv1alpha1.PhasePending, reason: reasons.Starting, message: msg,
+		conds: []core.Cond{core.C(CondAccepted, metav1.ConditionTrue, reasons.Starting, msg)}}
 }
 
 // jobRunStatus is the status a job-runtime run's Job says: Succeeded or Failed from its final
@@ -292,7 +326,7 @@ func (c *Reconciler) startJob(ctx context.Context, ar *agentsv1alpha1.AgentRun, 
 	// A start claim on the run (on its OrchestrationRun for a step's run) through status-writer:
 	// refused once the cancel is in, even if the cache has not seen it, so no Job starts after
 	// a cancel.
-	if granted, err := c.claimStart(ctx, ar); err != nil || !granted {
+	if granted, err := c.claimStart(ctx, ar, w, job.Name); err != nil || !granted {
 		c.limits.unstart(key)
 		if err != nil {
 			return nil, core.Result{}, &core.Problem{Reason: reasons.ReconcileError, Message: err.Error()}
@@ -445,10 +479,15 @@ func runStatusSays(ar *agentsv1alpha1.AgentRun, st runStatus) bool {
 }
 
 // claimStart claims, before a Job is created, that work starts for the run: on the run itself,
-// or on the OrchestrationRun that owns it (whose cancel stops its steps).
-func (c *Reconciler) claimStart(ctx context.Context, ar *agentsv1alpha1.AgentRun) (bool, error) {
+// or on the OrchestrationRun that owns it (whose cancel stops its steps). A job-runtime run's own
+// claim also writes its Starting status (one write, not two).
+func (c *Reconciler) claimStart(ctx context.Context, ar *agentsv1alpha1.AgentRun, w work, jobName string) (bool, error) {
 	if ref := core.ControllerOf(ar.OwnerReferences, "OrchestrationRun"); ref != nil {
 		return c.Claim(ctx, "OrchestrationRun", ar.Namespace, ref.Name, string(ref.UID), nil)
 	}
-	return c.Claim(ctx, "AgentRun", ar.Namespace, ar.Name, string(ar.UID), nil)
+	if w.step != "" {
+		return c.Claim(ctx, "AgentRun", ar.Namespace, ar.Name, string(ar.UID), nil)
+	}
+	st := startingStatus(jobName)
+	return c.ClaimWithStatus(ctx, "AgentRun", ar.Namespace, ar.Name, string(ar.UID), ar.Generation, st.phase, st.reason, st.message, st.conds, nil)
 }

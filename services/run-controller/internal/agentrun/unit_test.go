@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,5 +228,44 @@ func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 		if strings.HasPrefix(e.Name, "AGENTPLANE_SIMULATE_") {
 			t.Errorf("%s set for a run without simulate-* annotations", e.Name)
 		}
+	}
+}
+
+// TestOnlyTheJobRefOfAYoungJobWaits: the Pending JobCreated write that only adds the jobRef waits
+// until the Job is delay old; every other status, and the runs whose start claim is on their
+// OrchestrationRun (which wrote them no Starting status), are written at once.
+func TestOnlyTheJobRefOfAYoungJobWaits(t *testing.T) {
+	now := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	delay := 5 * time.Second
+	job := func(age time.Duration) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "uid-j", CreationTimestamp: metav1.NewTime(now.Add(-age))}}
+	}
+	run := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", Generation: 1}}
+	step := run.DeepCopy()
+	step.OwnerReferences = []metav1.OwnerReference{{Kind: "OrchestrationRun", Name: "o", UID: "uid-o", Controller: ptr.To(true)}}
+	recorded := run.DeepCopy()
+	recorded.Status.JobRef = &agentsv1alpha1.JobRef{Name: "j", Namespace: "ns", UID: "uid-j"}
+	pending := jobRunStatus(job(0), func(*batchv1.Job) bool { return false })
+	running := jobRunStatus(job(0), func(*batchv1.Job) bool { return true })
+	for _, tc := range []struct {
+		name string
+		ar   *agentsv1alpha1.AgentRun
+		st   runStatus
+		age  time.Duration
+		want time.Duration
+	}{
+		{"a new Job's jobRef waits for the rest of the delay", run, pending, 2 * time.Second, 3 * time.Second},
+		{"a Job created this instant waits the whole delay", run, pending, 0, delay},
+		{"a clock behind the API server's waits no more than the delay", run, pending, -time.Minute, delay},
+		{"a Job older than the delay is recorded", run, pending, 6 * time.Second, 0},
+		{"Running is written at once", run, running, 0, 0},
+		{"a recorded jobRef is not held back", recorded, pending, 0, 0},
+		{"a step's run (claimed on its OrchestrationRun) is written at once", step, pending, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := jobRefWait(tc.ar, job(tc.age), tc.st, delay, now); got != tc.want {
+				t.Fatalf("wait %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

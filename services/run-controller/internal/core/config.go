@@ -29,7 +29,17 @@ type Config struct {
 	Policy Policy
 	// Limits are the concurrency, queue and start-rate limits.
 	Limits Limits
+	// JobRefDelay is how long a run that claimed its start with the status Starting waits after
+	// its Job's creation for the pod to run before its status records the Job (Pending,
+	// JobCreated, jobRef); 0 is DefaultJobRefDelay. Not set from the environment: tests set it.
+	JobRefDelay time.Duration
 }
+
+// DefaultJobRefDelay is Config.JobRefDelay's default. A pod that runs within it takes its run
+// from Starting to Running in one status write (the jobRef goes with Running): on a node that
+// has the image, most do. The jobRef is what job-gc checks for a Job deleted before it ran
+// (WorkflowJobMissing), so that check starts this much later.
+const DefaultJobRefDelay = 5 * time.Second
 
 // Policy is the seeds' admission policy for runs. Patterns use path.Match syntax
 // (registry.example.com/agents/*); label entries are label keys.

@@ -40,14 +40,7 @@ func C(typ string, status metav1.ConditionStatus, reason, message string) Cond {
 // retried with backoff and sees the newer object (statusclient.Outcome, the policy every
 // controller shares).
 func (c *Core) WriteStatus(ctx context.Context, kind, ns, name, uid string, gen int64, phase, reason, message string, conds []Cond, fields proto.Message) error {
-	req := &pb.WriteStatusRequest{
-		Object:             &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
-		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message,
-	}
-	for _, cd := range conds {
-		req.Conditions = append(req.Conditions, &pb.Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
-	}
-	statusclient.WithFields(req, fields)
+	req := statusRequest(kind, ns, name, uid, gen, phase, reason, message, conds, fields)
 	start := time.Now()
 	_, err := c.Status.Write(ctx, req)
 	c.Metrics.StatusWrites.WithLabelValues(kind).Inc()
@@ -62,6 +55,17 @@ func (c *Core) WriteStatus(ctx context.Context, kind, ns, name, uid string, gen 
 	default:
 		return fmt.Errorf("write %s %s/%s status: %w", kind, ns, name, err)
 	}
+}
+
+func statusRequest(kind, ns, name, uid string, gen int64, phase, reason, message string, conds []Cond, fields proto.Message) *pb.WriteStatusRequest {
+	req := &pb.WriteStatusRequest{
+		Object:             &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
+		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message,
+	}
+	for _, cd := range conds {
+		req.Conditions = append(req.Conditions, &pb.Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
+	}
+	return statusclient.WithFields(req, fields)
 }
 
 // CondsSay reports whether the conditions have say each of want.
@@ -107,10 +111,21 @@ func (c *Core) Emit(ctx context.Context, obj metav1.Object, typ, reason, action,
 
 // Claim asks status-writer for a start claim on an object (WriteStatusRequest.claim): granted
 // unless the object's spec.cancel is true (or it is gone), judged on the live object. fields,
-// if any, are written with it.
+// if any, are written with it; the object's phase, reason, message and conditions are kept.
 func (c *Core) Claim(ctx context.Context, kind, ns, name, uid string, fields proto.Message) (bool, error) {
-	req := statusclient.WithFields(&pb.WriteStatusRequest{Object: &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
-		ObservedGeneration: 1, Claim: true}, fields)
+	return c.claim(ctx, statusRequest(kind, ns, name, uid, 1, "", "", "", nil, fields))
+}
+
+// ClaimWithStatus is a start claim that also writes the status the object starts with (phase,
+// reason, message, conditions, fields for generation gen): one write where Claim and
+// WriteStatus would make two. It is refused, writing nothing, as Claim is.
+func (c *Core) ClaimWithStatus(ctx context.Context, kind, ns, name, uid string, gen int64, phase, reason, message string, conds []Cond, fields proto.Message) (bool, error) {
+	return c.claim(ctx, statusRequest(kind, ns, name, uid, gen, phase, reason, message, conds, fields))
+}
+
+func (c *Core) claim(ctx context.Context, req *pb.WriteStatusRequest) (bool, error) {
+	req.Claim = true
+	kind, ns, name := req.GetObject().GetKind(), req.GetObject().GetNamespace(), req.GetObject().GetName()
 	_, err := c.Status.Write(ctx, req)
 	c.Metrics.StatusWrites.WithLabelValues(kind).Inc()
 	if grpcstatus.Code(err) == codes.NotFound { // nothing to start for

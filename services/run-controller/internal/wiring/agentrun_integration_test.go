@@ -12,14 +12,78 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
 	"github.com/agentplane/agentplane/services/run-controller/internal/core"
 )
+
+// TestARunWhosePodRunsPromptlyGoesFromStartingToRunningInOneWrite: the start claim writes the
+// run's first status (Pending, Starting, Accepted), and a run whose pod runs within the jobRef
+// delay goes from there to Running, jobRef and all, with no status write between (no Pending
+// JobCreated). Every version of the run is watched, so a write between would be seen.
+func TestARunWhosePodRunsPromptlyGoesFromStartingToRunningInOneWrite(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	// A delay no slow machine outlasts between the Job's creation and fakePodRunning.
+	startController(t, ns, func(c *core.Config) { c.JobRefDelay = time.Minute })
+	rc, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := rc.Get().Namespace(ns).Resource("agentruns").VersionedParams(&metav1.ListOptions{Watch: true}, metav1.ParameterCodec).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	create(t, "agentruns", ns, jobRun(ns, "prompt", "codex"))
+	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "prompt"), "", 1))
+	fakePodRunning(t, j)
+
+	var seen []string
+	var running *agentsv1alpha1.AgentRunStatus
+	for running == nil {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended; statuses so far: %v", seen)
+			}
+			ar, isRun := ev.Object.(*agentsv1alpha1.AgentRun)
+			if !isRun {
+				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
+			}
+			st := ar.Status
+			if len(seen) > 0 && seen[len(seen)-1] == st.Phase+"/"+st.Reason {
+				continue // a write that left phase and reason as they were
+			}
+			seen = append(seen, st.Phase+"/"+st.Reason)
+			switch st.Phase {
+			case agentsv1alpha1.PhasePending:
+				c := meta.FindStatusCondition(st.Conditions, agentrun.CondAccepted)
+				if st.Reason != reasons.Starting || st.JobRef != nil || c == nil || c.Status != metav1.ConditionTrue || c.Reason != reasons.Starting {
+					t.Fatalf("a Pending status other than the claim's Starting: %+v (statuses so far %v)", st, seen)
+				}
+			case agentsv1alpha1.PhaseRunning:
+				running = &st
+			}
+		case <-ctx.Done():
+			t.Fatalf("no Running within a minute; statuses seen: %v", seen)
+		}
+	}
+	if want := []string{"/", "Pending/Starting", "Running/Running"}; strings.Join(seen, " ") != strings.Join(want, " ") {
+		t.Errorf("statuses %v, want %v", seen, want)
+	}
+	if running.JobRef == nil || running.JobRef.Name != j.Name || running.JobRef.UID != string(j.UID) {
+		t.Errorf("Running records jobRef %+v, want Job %s uid %s", running.JobRef, j.Name, j.UID)
+	}
+}
 
 func TestJobRunBecomesOneOwnedJobAndReachesSucceeded(t *testing.T) {
 	ns := namespace(t)
@@ -317,7 +381,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 	}
 	waitEvent(t, ns, "q6", "Warning", reasons.QueueFull)
 	// A slot frees: the oldest waiting run, and only it, starts.
-	finishJob(t, ns, getRun(t, ns, "q1").Status.JobRef.Name, true)
+	finishJob(t, ns, agentrun.JobName(getRun(t, ns, "q1"), "", 1), true)
 	testenv.Eventually(t, 20*time.Second, "q3 starts", func() error {
 		if s := started(); !s["q3"] {
 			return fmt.Errorf("started %v", s)
@@ -328,7 +392,7 @@ func TestConcurrencyLimitQueuesInCreationOrderAndAFullQueueRefuses(t *testing.T)
 	if s := started(); len(s) != 3 || s["q4"] || s["q5"] {
 		t.Fatalf("started %v, want q1-q3", s)
 	}
-	finishJob(t, ns, getRun(t, ns, "q2").Status.JobRef.Name, false)
+	finishJob(t, ns, agentrun.JobName(getRun(t, ns, "q2"), "", 1), false)
 	testenv.Eventually(t, 20*time.Second, "q4 starts after q2 fails", func() error {
 		if s := started(); !s["q4"] || s["q5"] {
 			return fmt.Errorf("started %v", s)

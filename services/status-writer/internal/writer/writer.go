@@ -45,8 +45,9 @@ type Request struct {
 	Contract     status.Request
 	Fields       map[string]any
 	FieldManager string
-	// Claim: keep phase, reason, message, observedGeneration and conditions; refuse when the
-	// object's spec.cancel is true (see the proto's WriteStatusRequest.claim).
+	// Claim: refuse when the object's spec.cancel is true (see the proto's
+	// WriteStatusRequest.claim). A claim without a phase keeps phase, reason, message,
+	// observedGeneration and conditions; one with a phase writes Contract too.
 	Claim bool
 }
 
@@ -382,7 +383,9 @@ func (w *Writer) applyBatch(obj *unstructured.Unstructured, batch []*call) ([]*c
 					status.ErrPrecondition, c.kind.name, obj.GetNamespace(), obj.GetName())
 				continue
 			}
-			contract = status.Request{ObservedGeneration: max(cur.ObservedGeneration, 1), Reason: cur.Reason, Message: cur.Message}
+			if contract.Phase == "" {
+				contract = status.Request{ObservedGeneration: max(cur.ObservedGeneration, 1), Reason: cur.Reason, Message: cur.Message}
+			}
 		}
 		next, err := status.Apply(cur, obj.GetGeneration(), contract, c.kind.phases, w.now())
 		if err != nil {

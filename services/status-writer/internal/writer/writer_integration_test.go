@@ -611,6 +611,45 @@ func TestAClaimIsRefusedOnceTheRunIsCancelled(t *testing.T) {
 	}
 }
 
+// A claim with a phase writes the status it carries in the same write (run-controller's first
+// status of a run and its start claim are one write), and is refused once spec.cancel is set,
+// writing nothing of it.
+func TestAClaimWithAStatusWritesItUnlessTheRunIsCancelled(t *testing.T) {
+	ns := newNamespace(t)
+	run := newRun(t, ns, "starting")
+	ref := runRef(run)
+	starting := &pb.WriteStatusRequest{Object: ref, Claim: true, ObservedGeneration: 1, Phase: "Pending", Reason: "Starting",
+		Message: "starting Job starting-1", Conditions: []*pb.Condition{{Type: "Accepted", Status: "True", Reason: "Starting", Message: "starting Job starting-1"}}}
+	got, err := write(t, starting)
+	if err != nil {
+		t.Fatalf("claim with a status on a run not cancelled: %v", err)
+	}
+	if got.Phase != "Pending" || got.Reason != "Starting" || got.Message != "starting Job starting-1" || got.ObservedGeneration != 1 ||
+		len(got.Conditions) != 1 || got.Conditions[0].Reason != "Starting" {
+		t.Fatalf("the claim's status was not written: %+v", got)
+	}
+
+	other := newRun(t, ns, "cancelled-first")
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(other), other); err != nil {
+		t.Fatal(err)
+	}
+	other.Spec.Cancel = true
+	if err := kc.Update(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	_, err = write(t, &pb.WriteStatusRequest{Object: runRef(other), Claim: true, ObservedGeneration: 2, Phase: "Pending", Reason: "Starting",
+		Message: "starting Job cancelled-first-1", Conditions: starting.Conditions})
+	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("claim with a status on a cancelled run: %v, want FailedPrecondition naming the cancel", err)
+	}
+	if err := kc.Get(context.Background(), client.ObjectKeyFromObject(other), other); err != nil {
+		t.Fatal(err)
+	}
+	if other.Status.Phase != "" || other.Status.Reason != "" || len(other.Status.Conditions) != 0 {
+		t.Errorf("a refused claim wrote its status: %+v", other.Status)
+	}
+}
+
 // TestWritesInAWatchedNamespaceReadFromTheInformer: a run's writes in a watched namespace start
 // from the informer's copy or from the writer's own last write, so they GET nothing from the
 // API server, even after someone else changed the run; in a namespace not watched the first
