@@ -136,7 +136,7 @@ func (c *Core) claim(ctx context.Context, req *pb.WriteStatusRequest) (bool, err
 	case err == nil:
 		return true, nil
 	case errors.Is(err, statusclient.ErrStale):
-		logging.FromContext(ctx).Info("start refused: the run is cancelled", "kind", kind, "object", ns+"/"+name, "err", err)
+		logging.FromContext(ctx).Info("start refused: the run is cancelled, or its status moved on (finished, or a newer generation)", "kind", kind, "object", ns+"/"+name, "err", err)
 		return false, nil
 	default:
 		return false, fmt.Errorf("claim a start on %s %s/%s: %w", kind, ns, name, err)
