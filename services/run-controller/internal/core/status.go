@@ -12,6 +12,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
@@ -57,15 +58,15 @@ func (c *Core) WriteStatus(ctx context.Context, kind, ns, name, uid string, gen 
 	}
 }
 
+// statusRequest is statusclient.Request for an object known by kind, namespace, name and uid
+// (a claim on a step run's OrchestrationRun has only its owner reference), with fields.
 func statusRequest(kind, ns, name, uid string, gen int64, phase, reason, message string, conds []Cond, fields proto.Message) *pb.WriteStatusRequest {
-	req := &pb.WriteStatusRequest{
-		Object:             &pb.ObjectRef{Kind: kind, Namespace: ns, Name: name, Uid: uid},
-		ObservedGeneration: gen, Phase: phase, Reason: reason, Message: message,
-	}
+	pconds := make([]*pb.Condition, 0, len(conds))
 	for _, cd := range conds {
-		req.Conditions = append(req.Conditions, &pb.Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
+		pconds = append(pconds, &pb.Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
 	}
-	return statusclient.WithFields(req, fields)
+	obj := &metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}
+	return statusclient.WithFields(statusclient.Request(kind, obj, gen, phase, reason, message, pconds...), fields)
 }
 
 // CondsSay reports whether the conditions have say each of want.
