@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,13 +38,22 @@ const cancelBenchOffset = 5000
 // (the Agent's spec.defaults.terminationGracePeriodSeconds; grace0_ figures), where the deletions
 // themselves are the time. Goals: the run Cancelled within 1.2 times the direct deletions'
 // requests (cancelled_vs_direct_requested), and with grace period 0 the whole cancel within 1.2
-// times the whole direct deletion (grace0_cancel_vs_direct).
+// times the whole direct deletion (grace0_cancel_vs_direct). With AGENTPLANE_BENCH_PROFILES=DIR
+// it writes CPU profiles of cancel-propagator, status-writer, event-emitter, job-gc,
+// run-controller and kube-apiserver over the grace-0 cancels (from the cancel until the run is
+// Cancelled and its Jobs and pods are gone, in profileWindow windows, so a little after too) into
+// DIR, their top frames into the log.
 //
 //	cd e2e && go test -tags e2e -run '^$' -bench CancelHundredRunningJobs -benchtime 1x -timeout 30m
 func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 	const n = 100
 	ctx := context.Background()
-	_, cfg := localStack(b, cancelBenchOffset, 1000, "AGENTPLANE_ARCHIVE=0") // the charts' default: no run archive
+	profiles := os.Getenv("AGENTPLANE_BENCH_PROFILES")
+	env := []string{"AGENTPLANE_ARCHIVE=0"} // the charts' default: no run archive
+	if profiles != "" {
+		env = append(env, "JANGAR_DEBUG_PPROF=true")
+	}
+	_, cfg := localStack(b, cancelBenchOffset, 1000, env...)
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	create := func(gvr schema.GroupVersionResource, obj map[string]any) {
@@ -170,6 +181,14 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 			"spec":     map[string]any{"orchestrationRef": map[string]any{"name": orch}}})
 		waitFor("the run's pods Running", func() bool { return count(sel, true) >= n })
 		before := cancelRequests(b)
+		var prof *profiler
+		if profiles != "" && grace != nil {
+			svc := map[string]string{}
+			for _, name := range []string{"cancel-propagator", "status-writer", "event-emitter", "job-gc", "run-controller"} {
+				svc[name] = fmt.Sprintf("127.0.0.1:%d", servicePorts[name][1]+cancelBenchOffset)
+			}
+			prof = startProfiles(b, filepath.Join(profiles, fmt.Sprintf("round%d", round)), svc, kc)
+		}
 		start = time.Now()
 		if _, err := dyn.Resource(orchRuns).Namespace("agents").Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{}); err != nil {
 			b.Fatal(err)
@@ -184,6 +203,9 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 			return at(&t.cancelled, start, phase == "Cancelled") && count(sel, false) == 0
 		})
 		t.viaCancel = time.Since(start)
+		if prof != nil {
+			b.Logf("CPU profiles over the grace-0 cancel of round %d (%s):%s", round, profiles, prof.stop(b, 25))
+		}
 		after := cancelRequests(b)
 		for k, v := range after {
 			t.requests[k] += v - before[k]
