@@ -187,7 +187,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 			for _, name := range []string{"cancel-propagator", "status-writer", "event-emitter", "job-gc", "run-controller"} {
 				svc[name] = fmt.Sprintf("127.0.0.1:%d", servicePorts[name][1]+cancelBenchOffset)
 			}
-			prof = startProfiles(b, filepath.Join(profiles, fmt.Sprintf("round%d", round)), svc, kc)
+			prof = startProfiles(b, filepath.Join(profiles, fmt.Sprintf("round%d", round)), svc, kc) //nolint:contextcheck // each profile window has its own deadline, as in the run-controller benchmark
 		}
 		start = time.Now()
 		if _, err := dyn.Resource(orchRuns).Namespace("agents").Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{}); err != nil {
