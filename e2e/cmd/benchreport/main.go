@@ -158,8 +158,12 @@ func writeHeader(b *bytes.Buffer, meta map[string]string) int {
 // by majority (a failed run met no goal).
 func writeResult(b *bytes.Buffer, r *result, count int) {
 	fmt.Fprintf(b, "\n### %s\n\n`%s`\n\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
-	if r.failed > 0 {
-		fmt.Fprintf(b, "**FAILED** in %d of %d runs (the tier's log, beside its results, says why).\n\n", r.failed, max(count, r.reported+r.failed))
+	switch ran := r.reported + r.failed; {
+	case r.failed > 0 && ran < count:
+		// Go runs a benchmark again (-count) only when its first run passed.
+		fmt.Fprintf(b, "**FAILED** in %d of the %d run(s) it had, of %d asked: Go does not run a benchmark again once its first run failed (the tier's log, beside its results, says why).\n\n", r.failed, ran, count)
+	case r.failed > 0:
+		fmt.Fprintf(b, "**FAILED** in %d of %d runs (the tier's log, beside its results, says why).\n\n", r.failed, ran)
 	}
 	if len(r.units) == 0 {
 		return
