@@ -160,8 +160,9 @@ func writeResult(b *bytes.Buffer, r *result, count int) {
 	fmt.Fprintf(b, "\n### %s\n\n`%s`\n\n", strings.TrimPrefix(r.name, "Benchmark"), r.pkg)
 	switch ran := r.reported + r.failed; {
 	case r.failed > 0 && ran < count:
-		// Go runs a benchmark again (-count) only when its first run passed.
-		fmt.Fprintf(b, "**FAILED** in %d of the %d run(s) it had, of %d asked: Go does not run a benchmark again once its first run failed (the tier's log, beside its results, says why).\n\n", r.failed, ran, count)
+		// Go runs a benchmark again (-count) only when its first run passed; a tier cut short
+		// (its timeout) runs fewer too.
+		fmt.Fprintf(b, "**FAILED** in %d of the %d run(s) it had, of %d asked (Go does not run a benchmark again once its first run failed; the tier's log, beside its results, says why).\n\n", r.failed, ran, count)
 	case r.failed > 0:
 		fmt.Fprintf(b, "**FAILED** in %d of %d runs (the tier's log, beside its results, says why).\n\n", r.failed, ran)
 	}

@@ -162,7 +162,7 @@ FAIL
 		"- goal `c`: met (in 2 of 3 runs)",
 		"### Broken",
 		"**FAILED** in 3 of 3 runs",
-		"### Once\n\n`github.com/agentplane/agentplane/e2e`\n\n**FAILED** in 1 of the 1 run(s) it had, of 3 asked: Go does not run a benchmark again once its first run failed",
+		"### Once\n\n`github.com/agentplane/agentplane/e2e`\n\n**FAILED** in 1 of the 1 run(s) it had, of 3 asked (Go does not run a benchmark again once its first run failed",
 		// One failed run that go test names twice (without and with -2) counts once.
 		"### Twice\n\n`github.com/agentplane/agentplane/e2e`\n\n**FAILED** in 1 of 3 runs (the tier",
 		"- goal `d`: met (in 2 of 3 runs)",
