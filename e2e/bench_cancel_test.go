@@ -183,10 +183,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 		before := cancelRequests(b)
 		var prof *profiler
 		if profiles != "" && grace != nil {
-			svc := map[string]string{}
-			for _, name := range []string{"cancel-propagator", "status-writer", "event-emitter", "job-gc", "run-controller"} {
-				svc[name] = fmt.Sprintf("127.0.0.1:%d", servicePorts[name][1]+cancelBenchOffset)
-			}
+			svc := metricsAddrs(cancelBenchOffset, "cancel-propagator", "status-writer", "event-emitter", "job-gc", "run-controller")
 			prof = startProfiles(b, filepath.Join(profiles, fmt.Sprintf("round%d", round)), svc, kc) //nolint:contextcheck // each profile window has its own deadline, as in the run-controller benchmark
 		}
 		start = time.Now()

@@ -132,6 +132,16 @@ type profiler struct {
 // to this much.
 const profileWindow = 10 * time.Second
 
+// metricsAddrs maps each named service to its metrics address (where Go's profiles are served
+// with JANGAR_DEBUG_PPROF=true) on a local stack started with port offset offset.
+func metricsAddrs(offset int, names ...string) map[string]string {
+	m := map[string]string{}
+	for _, name := range names {
+		m[name] = fmt.Sprintf("127.0.0.1:%d", servicePorts[name][1]+offset)
+	}
+	return m
+}
+
 func startProfiles(tb testing.TB, dir string, services map[string]string, kc kubernetes.Interface) *profiler {
 	tb.Helper()
 	p := &profiler{dir: dir, stopped: make(chan struct{})}

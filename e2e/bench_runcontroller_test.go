@@ -124,11 +124,7 @@ func BenchmarkRunControllerThousandRuns(b *testing.B) {
 	runsRes := dyn.Resource(schema.GroupVersionResource{Group: "agents.proompteng.ai", Version: "v1alpha1", Resource: "agentruns"}).Namespace("agents")
 	var prof *profiler
 	if profiles != "" {
-		svc := map[string]string{}
-		for _, name := range []string{"run-controller", "status-writer", "event-emitter"} {
-			svc[name] = fmt.Sprintf("127.0.0.1:%d", servicePorts[name][1]+benchOffset)
-		}
-		prof = startProfiles(b, profiles, svc, kc)
+		prof = startProfiles(b, profiles, metricsAddrs(benchOffset, "run-controller", "status-writer", "event-emitter"), kc)
 	}
 	cpuController := sampleCPU(b, dir)
 	b.ResetTimer()
