@@ -99,6 +99,8 @@ SERVICES := run-controller status-writer event-emitter job-gc cancel-propagator 
 # The service charts, in the order the agentplane chart installs them.
 CHART_SERVICES := status-writer event-emitter job-gc cancel-propagator run-controller watch-gateway
 MODULES  := libs libs/testenv proto e2e examples/agent $(addprefix services/,$(SERVICES))
+# Every package of the workspace's modules (go.work), for the tools that take them in one run.
+WORKSPACE_PKGS := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 # Modules of our own code outside the workspace (built with GOWORK=off, for make cluster-up).
 TOOL_MODULES := hack/tools/registry hack/tools/coredns hack/cluster/pause
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -353,19 +355,21 @@ build-alone: ## Build each service with GOWORK=off, as its container image does.
 		echo ">> $$s (GOWORK=off)"; (cd services/$$s && GOWORK=off go build -o /dev/null ./cmd/$$s); done
 
 .PHONY: lint
-lint: $(BUF) $(GOLANGCI_LINT) vulncheck ## gofmt, go vet, golangci-lint (.golangci.yml) and govulncheck over every module, and buf lint over the .proto files.
+lint: $(BUF) $(GOLANGCI_LINT) vulncheck ## gofmt, golangci-lint (.golangci.yml: go vet's analyzers and more) and govulncheck over every module, and buf lint over the .proto files.
 	@out=$$("$$(go env GOROOT)/bin/gofmt" -l $(MODULES) hack); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do (cd $$m && go vet -tags 'integration e2e' ./...); done
-	@for m in $(TOOL_MODULES); do (cd $$m && GOWORK=off go vet ./...); done
 	@cd proto && $(BUF) lint
-	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...) || { echo "golangci-lint: findings in $$m"; exit 1; }; done
+	@# The workspace's modules in one golangci-lint run: one load of the dependencies they share
+	@# (client-go above all) instead of one per module. Its govet runs every analyzer go vet runs
+	@# (.golangci.yml), so there is no separate go vet.
+	@$(GOLANGCI_LINT) run $(WORKSPACE_PKGS)
 	@for m in $(TOOL_MODULES); do (cd $$m && GOWORK=off $(GOLANGCI_LINT) run ./...) || { echo "golangci-lint: findings in $$m"; exit 1; }; done
 
 # Part of lint. Against the pinned database, go1.26.8 (this machine's own Go) has standard-library
 # vulnerabilities; GOTOOLCHAIN above picks a Go without them.
 .PHONY: vulncheck
 vulncheck: $(GOVULNCHECK) $(VULNDB) ## govulncheck over every module against the pinned Go vulnerability database (VULNDB_VERSION).
-	@for m in $(MODULES); do echo ">> govulncheck $$m"; (cd $$m && $(GOVULNCHECK) -db file://$(VULNDB_DIR) -tags integration,e2e ./...) || exit 1; done
+	@# One run over the workspace's modules (govulncheck wants a module folder to start from).
+	@cd libs && $(GOVULNCHECK) -db file://$(VULNDB_DIR) -tags integration,e2e $(addprefix ../,$(WORKSPACE_PKGS))
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.
@@ -382,14 +386,8 @@ test-unit: ## Unit tests (no external parts), under the race detector.
 	CGO_ENABLED=1 go test -race -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
 
 .PHONY: test-integration
-# The packages run one at a time (-p 1: each starts its own kube-apiserver, etcd or redis-server),
-# but -p 1 would also compile their race-instrumented test binaries one at a time; so they are
-# compiled first at the default parallelism, each "run" by /bin/true, which runs no test.
-test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server, under the race detector (the services they start too).
-	@echo ">> test-integration: compiling $$(date +%T)"
-	@CGO_ENABLED=1 go test -race -count=1 -tags integration -exec /bin/true $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES)))) >/dev/null
-	@echo ">> test-integration: running $$(date +%T)"
-	CGO_ENABLED=1 go test -race -count=1 -tags integration -p 1 $(addsuffix /...,$(addprefix ./,$(filter-out e2e,$(MODULES))))
+test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server, under the race detector (the services they start too): each package with a test file tagged integration, one at a time (hack/test-integration.sh).
+	@hack/test-integration.sh
 
 .PHONY: test-stress
 test-stress: envtest-bin ## The integration tier ROUNDS times (default 5) in a row under -race with stress-ng loading every core (installs stress-ng); not part of `make test`.
