@@ -12,6 +12,9 @@
 # (One package alone: `go test -race -tags integration ./libs/leader`.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The race detector needs cgo, in the test binaries and in the services they build with -race
+# (testenv.BuildService): the Makefile's CGO_ENABLED=0 is for the shipped static binaries.
+export CGO_ENABLED=1
 pkgs=$(grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' libs proto examples services |
   xargs -r -n1 dirname | sort -u)
 [ -n "$pkgs" ] || { echo "test-integration: no package has a test file with the integration build tag" >&2; exit 1; }
@@ -21,7 +24,7 @@ trap 'rm -rf "$dir"' EXIT
 echo ">> test-integration: compiling $(date +%T)"
 # shellcheck disable=SC2016 # expanded by the inner shell
 if ! printf '%s\n' $pkgs | xargs -P 2 -I{} sh -c \
-  'CGO_ENABLED=1 go test -race -tags integration -c -o "$1/$(echo "$2" | tr / _).test" "./$2"' _ "$dir" {}; then
+  'go test -race -tags integration -c -o "$1/$(echo "$2" | tr / _).test" "./$2"' _ "$dir" {}; then
   echo "test-integration: a test binary did not build (above)" >&2
   exit 1
 fi
@@ -31,7 +34,7 @@ failed=()
 for p in $pkgs; do
   bin=$dir/$(echo "$p" | tr / _).test
   [ -x "$bin" ] || { echo "test-integration: no test binary for ./$p" >&2; failed+=("$p"); continue; }
-  mod=$(cd "$p" && go list -f '{{.ImportPath}}' .)
+  mod=$(cd "$p" && go list -tags integration -f '{{.ImportPath}}' .)
   start=$(date +%s%N)
   # The flags `go test` gives a test binary by default: its 10-minute timeout, and a panic for a
   # test that calls os.Exit(0).
