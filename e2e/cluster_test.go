@@ -1072,7 +1072,10 @@ func (c *kcluster) pushPrevious(t *testing.T, from string) string {
 	version := "0.1.0-g" + prev
 	start := time.Now()
 	for _, script := range []string{"hack/images.sh", "hack/charts.sh"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		// On a fresh machine the previous commit's services compile against dependency versions
+		// nothing else here builds, beside the two other e2e processes on two cores: 15 minutes
+		// were not enough there (2026-12-05, killed after its fifth service).
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		cmd := exec.CommandContext(ctx, filepath.Join(c.root, script))
 		cmd.Env = append(c.environ(), "SRC="+wt, "PUSH=1", "BIN="+filepath.Join(wt, "bin"), "SERVICES="+strings.Join(append(append([]string{}, services...), "agentctl"), " "),
 			"IMAGE_TAG="+prev, "IMAGE_REGISTRY="+c.registry, "REGISTRY="+c.registry, "LDFLAGS=-s -w -X github.com/agentplane/agentplane/libs/app.Version="+prev,
