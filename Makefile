@@ -390,7 +390,7 @@ test-unit: ## Unit tests (no external parts), under the race detector.
 
 .PHONY: test-integration
 test-integration: envtest-bin ## Integration tests against a real kube-apiserver + etcd and a real redis-server, under the race detector (the services they start too): each package with a test file tagged integration, one at a time (hack/test-integration.sh).
-	@hack/test-integration.sh
+	@hack/test-integration.sh $(filter-out e2e,$(MODULES))
 
 .PHONY: test-stress
 test-stress: envtest-bin ## The integration tier ROUNDS times (default 5) in a row under -race with stress-ng loading every core (installs stress-ng); not part of `make test`.

@@ -9,14 +9,16 @@
 # binary starts its own kube-apiserver, etcd or redis-server, and two side by side on two cores
 # starve each other's deadlines. (`go test -p 1` would also have linked every binary a second
 # time, one at a time, after a first pass that compiled them.)
-# (One package alone: `go test -race -tags integration ./libs/leader`.)
+# Run by make test-integration (the module folders are its arguments). One package alone:
+# `go test -race -tags integration ./libs/leader`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The race detector needs cgo, in the test binaries and in the services they build with -race
 # (testenv.BuildService): the Makefile's CGO_ENABLED=0 is for the shipped static binaries.
 export CGO_ENABLED=1
-pkgs=$(grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' libs proto examples services |
-  xargs -r -n1 dirname | sort -u)
+# The module folders to look in: the Makefile's MODULES less e2e (its own tier), as arguments.
+[ $# -gt 0 ] || { echo "usage: hack/test-integration.sh MODULE_DIR..." >&2; exit 2; }
+pkgs=$(grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' "$@" | xargs -r -n1 dirname | sort -u)
 [ -n "$pkgs" ] || { echo "test-integration: no package has a test file with the integration build tag" >&2; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
