@@ -141,16 +141,6 @@ func ping(addr string) error {
 	return nil
 }
 
-// FreePort asks the kernel for a free loopback port.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // tail is the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) > n {
