@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,5 +144,90 @@ func TestStacksSideBySideShareNoPort(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestIntegrationTierRunsEveryPackageTheTagChanges: make test-integration runs only the packages
+// hack/test-integration.sh picks (a test file tagged integration), on the assumption that the tag
+// changes no other package's test binary. Every package of every workspace module but e2e whose
+// files differ under -tags integration must be picked, and the Makefile must hand the script
+// every such module.
+func TestIntegrationTierRunsEveryPackageTheTagChanges(t *testing.T) {
+	root := repoRoot(t)
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)
+		}
+		return string(out)
+	}
+	// The workspace's modules, from go.work.
+	var modules []string
+	var work struct{ Use []struct{ DiskPath string } }
+	if err := json.Unmarshal([]byte(run("go", "work", "edit", "-json")), &work); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range work.Use {
+		if m := strings.TrimPrefix(u.DiskPath, "./"); m != "e2e" {
+			modules = append(modules, m)
+		}
+	}
+	if len(modules) < 10 {
+		t.Fatalf("go.work names %d modules besides e2e: %v", len(modules), modules)
+	}
+	// What the Makefile hands the script.
+	var given []string
+	for _, line := range strings.Split(run("make", "-s", "-n", "test-integration"), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasSuffix(f[0], "hack/test-integration.sh") {
+			given = f[1:]
+		}
+	}
+	sort.Strings(modules)
+	sort.Strings(given)
+	if strings.Join(given, " ") != strings.Join(modules, " ") {
+		t.Errorf("make test-integration hands hack/test-integration.sh %v; the workspace's modules less e2e are %v", given, modules)
+	}
+	picked := map[string]bool{}
+	for _, p := range strings.Fields(run("hack/test-integration.sh", append([]string{"--list"}, modules...)...)) {
+		picked[p] = true
+	}
+	// Each package's files with and without the tag.
+	files := func(tags ...string) map[string]string {
+		args := append([]string{"list", "-e"}, tags...)
+		args = append(args, "-f", "{{.Dir}} {{.GoFiles}} {{.CgoFiles}} {{.TestGoFiles}} {{.XTestGoFiles}} {{.EmbedFiles}}")
+		for _, m := range modules {
+			args = append(args, "./"+m+"/...")
+		}
+		out := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(run("go", args...)), "\n") {
+			dir, rest, _ := strings.Cut(line, " ")
+			rel, err := filepath.Rel(root, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[rel] = rest
+		}
+		return out
+	}
+	plain, tagged := files(), files("-tags", "integration")
+	changed := 0
+	for dir, f := range tagged {
+		if plain[dir] == f {
+			continue
+		}
+		changed++
+		if !picked[dir] {
+			t.Errorf("%s: -tags integration changes its files (%s, without: %s), but the integration tier does not run it", dir, f, plain[dir])
+		}
+	}
+	if changed == 0 || len(picked) == 0 {
+		t.Fatalf("the tag changes %d packages and the script picks %d: this test no longer sees the tier", changed, len(picked))
 	}
 }

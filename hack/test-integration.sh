@@ -10,16 +10,20 @@
 # starve each other's deadlines. (`go test -p 1` would also have linked every binary a second
 # time, one at a time, after a first pass that compiled them.)
 # Run by make test-integration (the module folders are its arguments). One package alone:
-# `go test -race -tags integration ./libs/leader`.
+# `go test -race -tags integration ./libs/leader`. With --list first, it prints the package folders
+# it would run and stops (e2e/ci_test.go checks them against what the tag changes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The race detector needs cgo, in the test binaries and in the services they build with -race
 # (testenv.BuildService): the Makefile's CGO_ENABLED=0 is for the shipped static binaries.
 export CGO_ENABLED=1
 # The module folders to look in: the Makefile's MODULES less e2e (its own tier), as arguments.
-[ $# -gt 0 ] || { echo "usage: hack/test-integration.sh MODULE_DIR..." >&2; exit 2; }
+list=
+[ "${1:-}" = --list ] && { list=1; shift; }
+[ $# -gt 0 ] || { echo "usage: hack/test-integration.sh [--list] MODULE_DIR..." >&2; exit 2; }
 pkgs=$(grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' "$@" | xargs -r -n1 dirname | sort -u)
 [ -n "$pkgs" ] || { echo "test-integration: no package has a test file with the integration build tag" >&2; exit 1; }
+[ -z "$list" ] || { printf '%s\n' $pkgs; exit 0; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
