@@ -459,7 +459,7 @@ func storm(t *testing.T, rdb func(t testing.TB) redis.UniversalClient, fault fun
 		runs = append(runs, agentRun(t, ns, fmt.Sprintf("storm-%02d", i)))
 	}
 	for _, in := range inst {
-		in.stormKey = prefix + ":{" + string(runs[0].UID) + "}:bucket"
+		in.stormKey = prefix + ":{" + string(runs[0].UID) + "}:full"
 	}
 	start := time.Now()
 	var faulted atomic.Bool

@@ -50,7 +50,7 @@ func TestBucketSharedOnARedisCluster(t *testing.T) {
 		replicas = append(replicas, l)
 	}
 	// Redis's clock on the first object's node bounds the refill.
-	node, err := rc.MasterOf(ctx, prefix+":{uid-0}:bucket")
+	node, err := rc.MasterOf(ctx, prefix+":{uid-0}:full")
 	if err != nil {
 		t.Fatal(err)
 	}

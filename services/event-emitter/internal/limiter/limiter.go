@@ -9,6 +9,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,9 @@ type Limiter struct {
 	onDegraded func(bool)
 	observe    func(time.Duration)
 	probing    sync.Mutex
+	// The script's fixed arguments, formatted once: burst, microseconds per token (rounded up)
+	// and the transient window in milliseconds.
+	burstArg, intervalArg, windowArg string
 }
 
 // New returns a limiter on rdb. onDegraded (may be nil) is called on every switch between Redis
@@ -91,6 +96,9 @@ func New(rdb redis.UniversalClient, cfg Config, onDegraded func(bool), observe f
 		observe = func(time.Duration) {}
 	}
 	l := &Limiter{rdb: rdb, cfg: cfg, ratePerS: cfg.PerMinute / 60, onDegraded: onDegraded, observe: observe}
+	l.burstArg = strconv.Itoa(cfg.Burst)
+	l.intervalArg = strconv.FormatFloat(max(1, math.Ceil(1e6/l.ratePerS)), 'f', 0, 64)
+	l.windowArg = strconv.FormatInt(cfg.TransientWindow.Milliseconds(), 10)
 	l.local = newLocalBuckets(cfg.MaxLocalKeys, float64(cfg.Burst), l.ratePerS)
 	return l, nil
 }
@@ -115,13 +123,13 @@ func (l *Limiter) Allow(ctx context.Context, object, reason string, transient bo
 	}
 	// Hash tags keep both keys in one Redis Cluster slot.
 	tag := l.cfg.Prefix + ":{" + object + "}"
-	bucket, first := tag+":bucket", tag+":first:"+reason
+	bucket, first := tag+":full", tag+":first:"+reason
 	t := "0"
 	if transient {
 		t = "1"
 	}
 	start := time.Now()
-	n, err := script.Run(ctx, l.rdb, []string{bucket, first}, l.cfg.Burst, l.ratePerS, t, l.cfg.TransientWindow.Milliseconds()).Int()
+	n, err := script.Run(ctx, l.rdb, []string{bucket, first}, l.burstArg, l.intervalArg, t, l.windowArg).Int()
 	l.observe(time.Since(start))
 	if err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,14 +148,65 @@ func TestKeysExpireWhenAnObjectGoesQuiet(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{PerMinute: 60, Burst: 5, Prefix: fmt.Sprintf("ttl:%d", time.Now().UnixNano())}
 	l := newLimiter(t, cfg, nil)
-	l.Allow(ctx, "quiet", "InvalidSpec", false)
-	ttl, err := client(t).PTTL(ctx, cfg.Prefix+":{quiet}:bucket").Result()
+	for i := 0; i < 3; i++ {
+		if d := l.Allow(ctx, "quiet", "InvalidSpec", false); d != Allowed {
+			t.Fatalf("decision %d = %s", i+1, d)
+		}
+	}
+	ttl, err := client(t).PTTL(ctx, cfg.Prefix+":{quiet}:full").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Full again after burst/rate = 5s; the key lives that long plus a second, then goes.
-	if ttl <= 0 || ttl > 6*time.Second {
-		t.Fatalf("bucket key TTL = %s, want (0, 6s]", ttl)
+	// Three tokens taken at 60/min: full again in 3s; the key lives that long plus a second.
+	if ttl <= 2*time.Second || ttl > 4*time.Second {
+		t.Fatalf("bucket key TTL = %s, want (2s, 4s]", ttl)
+	}
+}
+
+// A refused decision writes nothing: a storm against an empty bucket costs Redis reads only, and
+// cannot push the bucket's refill further away.
+func TestARefusalWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{PerMinute: 1, Burst: 2, Prefix: fmt.Sprintf("refuse:%d", time.Now().UnixNano())}
+	l := newLimiter(t, cfg, nil)
+	rc := client(t)
+	key := cfg.Prefix + ":{o}:full"
+	for i := 0; i < 2; i++ {
+		if d := l.Allow(ctx, "o", "InvalidSpec", false); d != Allowed {
+			t.Fatalf("decision %d = %s", i+1, d)
+		}
+	}
+	before, err := rc.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttlBefore, err := rc.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if d := l.Allow(ctx, "o", "InvalidSpec", false); d != RateLimited {
+			t.Fatalf("decision %d on an empty bucket = %s", i+3, d)
+		}
+	}
+	after, err := rc.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttlAfter, err := rc.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before || ttlAfter > ttlBefore {
+		t.Fatalf("20 refusals changed the bucket: %s (TTL %s) -> %s (TTL %s)", before, ttlBefore, after, ttlAfter)
+	}
+	// Two tokens at 1/min: full again 120s after the first was taken, to the microsecond.
+	full, err := strconv.ParseInt(before, 10, 64)
+	if err != nil {
+		t.Fatalf("the bucket holds %q, not a whole number of microseconds: %v", before, err)
+	}
+	if left := time.Duration(full-redisNow(t, rc).UnixMicro()) * time.Microsecond; left <= 110*time.Second || left > 120*time.Second {
+		t.Fatalf("the bucket is full again in %s, want (110s, 120s]", left)
 	}
 }
 
