@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,7 +162,7 @@ func TestIntegrationTierRunsEveryPackageTheTagChanges(t *testing.T) {
 		out, err := cmd.Output()
 		if err != nil {
 			var stderr []byte
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 				stderr = ee.Stderr
 			}
 			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)
