@@ -1,6 +1,7 @@
 // Package agentrun cancels AgentRuns: it deletes a cancelled run's Jobs and their pods
 // (cancel.StopJob, cancel.StopPods), shuts down and deletes its Argo Workflows, and follows the
-// cancel protocol (package cancel) around that.
+// cancel protocol (package cancel) around that. A step of an OrchestrationRun whose cancel goes on
+// is left to the OrchestrationRun's passes (package orchestrationrun).
 package agentrun
 
 import (
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/services/cancel-propagator/internal/cancel"
 )
@@ -27,8 +29,9 @@ type Reconciler struct {
 	*cancel.Protocol
 	// Kube deletes pods and lists them live (the protocol deletes Jobs).
 	Kube kubernetes.Interface
-	// AgentRuns, Jobs (indexed cancel.ByOwner) and Pods (indexed cancel.ByJobUID) by namespace.
-	AgentRuns, Jobs, Pods map[string]cache.SharedIndexInformer
+	// OrchestrationRuns, AgentRuns, Jobs (indexed cancel.ByOwner) and Pods (indexed
+	// cancel.ByJobUID) by namespace.
+	OrchestrationRuns, AgentRuns, Jobs, Pods map[string]cache.SharedIndexInformer
 }
 
 // Reconcile cancels the AgentRun named by key ("<namespace>/<name>", the queue's key) when its
@@ -42,6 +45,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	ar := o.(*agentsv1alpha1.AgentRun)
 	if !ar.Spec.Cancel || ar.DeletionTimestamp != nil {
 		return nil
+	}
+	if !cancel.IsTerminal(ar.Status.Phase) && r.stepOfCancel(ar) {
+		return nil // its OrchestrationRun's passes stop it and write it Cancelled
 	}
 	run := cancel.Run{Kind: cancel.KindAgentRun, APIVersion: agentsv1alpha1.GroupVersion.String(), Meta: ar.ObjectMeta, Phase: ar.Status.Phase, Conds: ar.Status.Conditions}
 	jobs, _ := r.Jobs[ns].GetIndexer().ByIndex(cancel.ByOwner, ns+"/"+name)
@@ -73,7 +79,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 	}
 	sort.Strings(left)
-	wl, err := r.StopWorkflows(ctx, cancel.Key(cancel.KindAgentRun, ns, name), ns, ar.UID, agentsv1alpha1.LabelAgentRun, name)
+	wl, err := r.StopWorkflows(ctx, cancel.Key(cancel.KindAgentRun, ns, name), ns, cancel.Owner{UID: ar.UID, Label: agentsv1alpha1.LabelAgentRun, Name: name})
 	if err != nil {
 		return err
 	}
@@ -89,6 +95,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	}
 	_, err = r.Finish(ctx, run, cancel.Key(cancel.KindAgentRun, ns, name), at, left)
 	return err
+}
+
+// stepOfCancel reports whether ar is a step of an OrchestrationRun whose cancel goes on
+// (cancel.TakesSteps).
+func (r *Reconciler) stepOfCancel(ar *agentsv1alpha1.AgentRun) bool {
+	ref := controller.ControllerOf(ar.OwnerReferences, cancel.KindOrchestrationRun)
+	if ref == nil {
+		return false
+	}
+	o, ok, _ := r.OrchestrationRuns[ar.Namespace].GetStore().GetByKey(ar.Namespace + "/" + ref.Name)
+	if !ok {
+		return false
+	}
+	or := o.(*orchv1alpha1.OrchestrationRun)
+	return or.UID == ref.UID && r.TakesSteps(or)
 }
 
 // stopJobs stops the run's Jobs in the cache and returns every Job of the run by UID: those in

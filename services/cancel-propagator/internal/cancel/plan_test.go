@@ -5,7 +5,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/reasons"
 )
 
@@ -60,6 +62,50 @@ func TestFinishReason(t *testing.T) {
 			end, reason := finishReason(tc.left, tc.elapsed, tc.timeout)
 			if end != tc.end || reason != tc.reason {
 				t.Fatalf("finishReason = %v %q, want %v %q", end, reason, tc.end, tc.reason)
+			}
+		})
+	}
+}
+
+// Whose a step's cancel is: its OrchestrationRun's while the OrchestrationRun's cancel goes on,
+// its own otherwise (not cancelled, refused, finished, deleted, or written Cancelled here).
+func TestTakesSteps(t *testing.T) {
+	uid := types.UID("or-uid")
+	or := func(cancel bool, phase, reason string, deleting bool) *orchv1alpha1.OrchestrationRun {
+		o := &orchv1alpha1.OrchestrationRun{ObjectMeta: metav1.ObjectMeta{UID: uid}, Spec: orchv1alpha1.OrchestrationRunSpec{Cancel: cancel}}
+		o.Status.Phase = phase
+		if reason != "" {
+			o.Status.Conditions = []metav1.Condition{{Type: CondCancelled, Reason: reason}}
+		}
+		if deleting {
+			o.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name    string
+		or      *orchv1alpha1.OrchestrationRun
+		enabled bool
+		done    bool
+		want    bool
+	}{
+		{"cancelled, not yet recorded", or(true, "Running", "", false), true, false, true},
+		{"cancel requested", or(true, "Running", reasons.CancelRequested, false), true, false, true},
+		{"not cancelled", or(false, "Running", "", false), true, false, false},
+		{"Cancelled: late steps cancel on their own", or(true, "Cancelled", reasons.Cancelled, false), true, false, false},
+		{"written Cancelled here, the cache behind", or(true, "Running", reasons.CancelRequested, false), true, true, false},
+		{"refused while cancel support was off", or(true, "Running", reasons.CancelDisabled, false), true, false, false},
+		{"cancel support off", or(true, "Running", "", false), false, false, false},
+		{"finished before the cancel", or(true, "Failed", "", false), true, false, false},
+		{"being deleted", or(true, "Running", reasons.CancelRequested, true), true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Options{Enabled: tc.enabled, Timeout: time.Minute})
+			if tc.done {
+				p.settle(uid)
+			}
+			if got := p.TakesSteps(tc.or); got != tc.want {
+				t.Errorf("TakesSteps = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -8,7 +8,9 @@
 // timeout has passed since the request, Finish writes the run Cancelled (Cancelled=True, reason
 // Cancelled or CancelTimedOut naming what still ran) through status-writer, which sets finishedAt.
 // A Succeeded or Failed run keeps its phase and gets Cancelled=False with reason
-// CancelIgnoredTerminal; with cancel support off, reason CancelDisabled. run-controller starts
+// CancelIgnoredTerminal; with cancel support off, reason CancelDisabled. The steps of an
+// OrchestrationRun whose cancel goes on are the OrchestrationRun's to stop (TakesSteps), and each
+// is written Cancelled once, without events (FinishStep). run-controller starts
 // nothing for a run whose cancel is set (it checks live before creating a Job or a step's
 // AgentRun).
 package cancel
@@ -30,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/logging"
@@ -97,6 +100,7 @@ type Protocol struct {
 	jobRun    map[types.UID]string               // a cancelled run's Jobs (by UID) to the run's queue key
 	podsHit   map[types.UID]bool                 // pods this process asked to delete
 	jobsHit   map[types.UID]bool                 // Jobs this process deleted (its cache may not show it yet)
+	stepsHit  map[types.UID]bool                 // step runs whose spec.cancel this process set (its cache may not show it yet)
 	deletedAt map[types.UID]time.Time            // when this process deleted each cancelled run's Jobs without finalizers, by UID (LeftToGC)
 	argo      struct {
 		checked time.Time
@@ -116,7 +120,7 @@ func New(o Options) *Protocol {
 	p := &Protocol{
 		o: o, requested: map[types.UID]time.Time{},
 		acted: map[types.UID]map[string]int{}, jobUIDs: map[types.UID]map[types.UID]string{}, done: map[types.UID]bool{},
-		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{}, deletedAt: map[types.UID]time.Time{},
+		jobRun: map[types.UID]string{}, podsHit: map[types.UID]bool{}, jobsHit: map[types.UID]bool{}, stepsHit: map[types.UID]bool{}, deletedAt: map[types.UID]time.Time{},
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentplane_cancel_propagator_cancels_total",
 			Help: "Cancel requests handled, by kind and outcome (Cancelled, CancelTimedOut, CancelIgnoredTerminal, CancelDisabled).",
@@ -281,16 +285,7 @@ func (p *Protocol) Finish(ctx context.Context, r Run, k string, at time.Time, le
 	}
 	p.cancels.WithLabelValues(r.Kind, reason).Inc()
 	p.duration.WithLabelValues(r.Kind).Observe(elapsed.Seconds())
-	p.mu.Lock()
-	delete(p.requested, r.Meta.UID)
-	delete(p.acted, r.Meta.UID)
-	for uid := range p.jobUIDs[r.Meta.UID] {
-		delete(p.jobRun, uid)
-		delete(p.deletedAt, uid)
-	}
-	delete(p.jobUIDs, r.Meta.UID)
-	p.done[r.Meta.UID] = true
-	p.mu.Unlock()
+	p.settle(r.Meta.UID)
 	typ := corev1.EventTypeNormal
 	if reason == reasons.CancelTimedOut {
 		typ = corev1.EventTypeWarning
@@ -298,6 +293,77 @@ func (p *Protocol) Finish(ctx context.Context, r Run, k string, at time.Time, le
 	p.emit(ctx, r, typ, reason, msg)
 	logging.FromContext(ctx).Info("run cancelled", "kind", r.Kind, "run", r.Meta.Namespace+"/"+r.Meta.Name, "reason", reason, "took", elapsed)
 	return true, nil
+}
+
+// settle drops what the protocol kept about the cancel of the run with uid, which this process
+// wrote Cancelled, and remembers that it did (Done).
+func (p *Protocol) settle(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.requested, uid)
+	delete(p.acted, uid)
+	delete(p.stepsHit, uid)
+	for job := range p.jobUIDs[uid] {
+		delete(p.jobRun, job)
+		delete(p.deletedAt, job)
+	}
+	delete(p.jobUIDs, uid)
+	p.done[uid] = true
+}
+
+// TakesSteps reports whether the cancel of the OrchestrationRun or goes on (requested, not yet
+// written Cancelled, cancel support on). While it does, the OrchestrationRun's passes stop its
+// unfinished steps and write each Cancelled (FinishStep), and the steps' own cancels leave them
+// to it: a step costs one status write and no events of its own. Once the OrchestrationRun is
+// Cancelled, a step that appears late is cancelled on its own again.
+func (p *Protocol) TakesSteps(or *orchv1alpha1.OrchestrationRun) bool {
+	if !or.Spec.Cancel || or.DeletionTimestamp != nil {
+		return false
+	}
+	p.mu.Lock()
+	done := p.done[or.UID]
+	p.mu.Unlock()
+	switch planCancel(or.Status.Phase, meta.FindStatusCondition(or.Status.Conditions, CondCancelled), done, p.o.Enabled) {
+	case cancelRequest, cancelResume:
+		return true
+	}
+	return false
+}
+
+// FinishStep writes step, a step run the pass of its OrchestrationRun (called parent) stopped,
+// Cancelled (Cancelled=True, reason Cancelled, a message naming the OrchestrationRun and what was
+// stopped): its only status write of the cancel, and no event (the OrchestrationRun's events say
+// what was stopped). at is when the OrchestrationRun's cancel was requested.
+func (p *Protocol) FinishStep(ctx context.Context, step Run, parent string, at time.Time) error {
+	msg := "cancelled with its OrchestrationRun " + parent
+	if stopped := p.StoppedSummary(step.Meta.UID); stopped != "" {
+		msg += "; stopped " + stopped
+	}
+	step.APIVersion = "" // no event
+	if err := p.Write(ctx, step, agentsv1alpha1.PhaseCancelled, reasons.Cancelled, msg, Cond(metav1.ConditionTrue, reasons.Cancelled, msg)); err != nil {
+		return err
+	}
+	p.cancels.WithLabelValues(KindAgentRun, reasons.Cancelled).Inc()
+	p.duration.WithLabelValues(KindAgentRun).Observe(p.o.Now().Sub(at).Seconds())
+	p.settle(step.Meta.UID)
+	return nil
+}
+
+// MarkStep remembers that this process set spec.cancel on the step run with uid, and reports
+// whether it already had: a second pass may run before the cache shows the first one's patch.
+func (p *Protocol) MarkStep(uid types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	hit := p.stepsHit[uid]
+	p.stepsHit[uid] = true
+	return hit
+}
+
+// ForgetStep undoes MarkStep: the patch failed.
+func (p *Protocol) ForgetStep(uid types.UID) {
+	p.mu.Lock()
+	delete(p.stepsHit, uid)
+	p.mu.Unlock()
 }
 
 // Record counts what a cancel stopped (n children of kind, under run), for its final message and

@@ -23,6 +23,7 @@ func (p *Protocol) Forget(uid types.UID) {
 	}
 	delete(p.jobUIDs, uid)
 	delete(p.done, uid)
+	delete(p.stepsHit, uid)
 	p.mu.Unlock()
 }
 

@@ -39,11 +39,19 @@ func (p *Protocol) argoServed() bool {
 	return served
 }
 
-// StopWorkflows shuts down (spec.shutdown=Terminate) and deletes the Argo Workflows of a run (queue
-// key k, in ns, with uid): those it owns, or labelled label=name. It returns what is left. Both
-// kinds' runs can have Workflows.
-func (p *Protocol) StopWorkflows(ctx context.Context, k, ns string, uid types.UID, label, name string) ([]string, error) {
-	if !p.argoServed() {
+// Owner is a run whose Argo Workflows a cancel stops: those it owns (UID), or labelled
+// Label=Name.
+type Owner struct {
+	UID         types.UID
+	Label, Name string
+}
+
+// StopWorkflows shuts down (spec.shutdown=Terminate) and deletes the Argo Workflows of the run
+// owners[0] (queue key k, in ns) and of the other owners (an OrchestrationRun's steps), all found
+// in one list, counting them for owners[0]. It returns what is left. Both kinds' runs can have
+// Workflows.
+func (p *Protocol) StopWorkflows(ctx context.Context, k, ns string, owners ...Owner) ([]string, error) {
+	if len(owners) == 0 || !p.argoServed() {
 		return nil, nil
 	}
 	wfs := p.o.Dynamic.Resource(WorkflowGVR).Namespace(ns)
@@ -54,13 +62,22 @@ func (p *Protocol) StopWorkflows(ctx context.Context, k, ns string, uid types.UI
 		}
 		return nil, fmt.Errorf("list Workflows in %s: %w", ns, err)
 	}
+	ours := func(labels map[string]string, refs []metav1.OwnerReference) bool {
+		for _, o := range owners {
+			if labels[o.Label] == o.Name {
+				return true
+			}
+			for _, ref := range refs {
+				if ref.UID == o.UID {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	var left []string
 	for _, wf := range l.Items {
-		ours := wf.GetLabels()[label] == name
-		for _, ref := range wf.GetOwnerReferences() {
-			ours = ours || ref.UID == uid
-		}
-		if !ours {
+		if !ours(wf.GetLabels(), wf.GetOwnerReferences()) {
 			continue
 		}
 		left = append(left, "Workflow "+wf.GetName())
@@ -75,7 +92,7 @@ func (p *Protocol) StopWorkflows(ctx context.Context, k, ns string, uid types.UI
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("delete Workflow %s/%s: %w", ns, wf.GetName(), err)
 		}
-		p.Record(uid, "Workflow", 1)
+		p.Record(owners[0].UID, "Workflow", 1)
 	}
 	if len(left) > 0 {
 		// Workflows are not watched: look again shortly.

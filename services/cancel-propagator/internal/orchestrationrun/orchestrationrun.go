@@ -1,18 +1,23 @@
 // Package orchestrationrun cancels OrchestrationRuns: in one pass over a cancelled run's
-// unfinished AgentRuns, several at a time, it sets spec.cancel on each and deletes its Jobs and
-// their pods (each AgentRun is then cancelled by package agentrun, which finds them already
-// stopping and waits for the pods); it shuts down and deletes the run's Argo Workflows, and follows the cancel
-// protocol (package cancel) around that.
+// unfinished step AgentRuns, several at a time, it sets spec.cancel on each and deletes its Jobs
+// and their pods; a step whose pods have stopped (the cache, then one live list of the run's pods
+// per pass) is written Cancelled by the pass, one status write and no event of its own (package
+// agentrun leaves such steps alone while the OrchestrationRun's cancel goes on). It shuts down and
+// deletes the Argo Workflows of the run and its steps, and follows the cancel protocol (package
+// cancel) around that.
 package orchestrationrun
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -30,6 +35,8 @@ type Reconciler struct {
 	// Client is the generated clientset of the agentplane API groups: it sets the AgentRuns'
 	// spec.cancel.
 	Client versioned.Interface
+	// Kube lists the run's pods live before its steps are written Cancelled.
+	Kube kubernetes.Interface
 	// OrchestrationRuns, AgentRuns (indexed cancel.ByOwner: by OrchestrationRun), Jobs (indexed
 	// cancel.ByOwner: by AgentRun) and Pods (indexed cancel.ByJobUID) by namespace.
 	OrchestrationRuns, AgentRuns, Jobs, Pods map[string]cache.SharedIndexInformer
@@ -64,6 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	k := cancel.Key(cancel.KindOrchestrationRun, ns, name)
 	var running []*agentsv1alpha1.AgentRun
 	for _, c := range children {
 		ar := c.(*agentsv1alpha1.AgentRun)
@@ -74,72 +82,157 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 			running = append(running, ar)
 		}
 	}
-	gone := make([]bool, len(running))
+	// Each unfinished step: spec.cancel set, its Jobs and their pods deleted.
+	stops := make([]stop, len(running))
 	err = cancel.Each(len(running), width, func(i int) error {
 		var err error
-		gone[i], err = r.stopStep(ctx, or, running[i])
+		stops[i], err = r.stopStep(ctx, or, k, running[i])
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	var left []string
-	still := running[:0]
-	for i, ar := range running {
-		if !gone[i] {
-			still = append(still, ar)
-			left = append(left, "AgentRun "+ar.Name)
+	// The steps whose pods the cache shows stopped are confirmed by one live list of the run's
+	// pods, then written Cancelled.
+	var live map[types.UID]int
+	for _, s := range stops {
+		if !s.gone && s.pods == 0 {
+			if live, err = r.livePods(ctx, or, stops); err != nil {
+				return err
+			}
+			break
 		}
 	}
-	running = still
-	wl, err := r.StopWorkflows(ctx, cancel.Key(cancel.KindOrchestrationRun, ns, name), ns, or.UID, agentsv1alpha1.LabelOrchestrationRun, name)
+	var left []string
+	var ending, still []stop
+	behind := false // the cache shows stopped what the API server does not
+	for _, s := range stops {
+		switch n := max(s.pods, live[s.ar.UID]); {
+		case s.gone:
+		case n > 0:
+			still = append(still, s)
+			left = append(left, fmt.Sprintf("AgentRun %s (%d pod(s))", s.ar.Name, n))
+			behind = behind || s.pods == 0
+		default:
+			ending = append(ending, s)
+		}
+	}
+	if behind {
+		r.EnqueueAfter(k, 500*time.Millisecond)
+	}
+	err = cancel.Each(len(ending), width, func(i int) error {
+		ar := ending[i].ar
+		return r.FinishStep(ctx, cancel.Run{Kind: cancel.KindAgentRun, Meta: ar.ObjectMeta, Phase: ar.Status.Phase}, name, at)
+	})
+	if err != nil {
+		return err
+	}
+	owners := []cancel.Owner{{UID: or.UID, Label: agentsv1alpha1.LabelOrchestrationRun, Name: name}}
+	for _, s := range stops {
+		owners = append(owners, cancel.Owner{UID: s.ar.UID, Label: agentsv1alpha1.LabelAgentRun, Name: s.ar.Name})
+	}
+	wl, err := r.StopWorkflows(ctx, k, ns, owners...)
 	if err != nil {
 		return err
 	}
 	left = append(left, wl...)
-	done, err := r.Finish(ctx, run, cancel.Key(cancel.KindOrchestrationRun, ns, name), at, left)
+	done, err := r.Finish(ctx, run, k, at, left)
 	if done && len(left) > 0 {
 		// Timed out: the AgentRuns still running are Cancelled too, so that job-gc lets their
 		// Jobs go.
-		for _, ar := range running {
+		for _, s := range still {
 			msg := "its OrchestrationRun " + name + "'s cancel timed out"
-			_ = r.Write(ctx, cancel.Run{Kind: cancel.KindAgentRun, Meta: ar.ObjectMeta}, agentsv1alpha1.PhaseCancelled, reasons.CancelTimedOut, msg,
+			_ = r.Write(ctx, cancel.Run{Kind: cancel.KindAgentRun, Meta: s.ar.ObjectMeta}, agentsv1alpha1.PhaseCancelled, reasons.CancelTimedOut, msg,
 				cancel.Cond(metav1.ConditionTrue, reasons.CancelTimedOut, msg))
 		}
 	}
 	return err
 }
 
-// stopStep sets spec.cancel on the OrchestrationRun's unfinished step run ar and deletes the
-// Jobs it has and their pods, which its own cancel (package agentrun) would otherwise do a little
-// later. It reports whether the step run is gone.
-func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.OrchestrationRun, ar *agentsv1alpha1.AgentRun) (bool, error) {
-	if !ar.Spec.Cancel {
-		_, err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
+// stop is what a pass did to one step run: ar as it was last seen (after the pass's spec.cancel
+// patch, if it made one), whether it is gone, and how many of its pods the cache shows not
+// finished.
+type stop struct {
+	ar   *agentsv1alpha1.AgentRun
+	gone bool
+	pods int
+}
+
+// stopStep sets spec.cancel on the OrchestrationRun's unfinished step run ar (so that
+// run-controller starts nothing more for it) and deletes its Jobs and their pods, remembering the
+// Jobs under the OrchestrationRun's queue key k, so that their pods' events bring the
+// OrchestrationRun back.
+func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.OrchestrationRun, k string, ar *agentsv1alpha1.AgentRun) (stop, error) {
+	s := stop{ar: ar}
+	if !ar.Spec.Cancel && !r.MarkStep(ar.UID) {
+		cur, err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
 			[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return true, nil
+			s.gone = true
+			return s, nil
 		case err != nil:
-			return false, fmt.Errorf("cancel AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
+			r.ForgetStep(ar.UID)
+			return s, fmt.Errorf("cancel AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
 		}
+		s.ar = cur
 		r.Record(or.UID, cancel.KindAgentRun, 1)
 	}
+	set := r.JobsOf(ar.UID)
+	if ref := ar.Status.JobRef; ref != nil && ref.UID != "" {
+		set.Remember(k, types.UID(ref.UID), ref.Name)
+	}
 	jobs, _ := r.Jobs[ar.Namespace].GetIndexer().ByIndex(cancel.ByOwner, ar.Namespace+"/"+ar.Name)
-	set, k := r.JobsOf(ar.UID), cancel.Key(cancel.KindAgentRun, ar.Namespace, ar.Name)
 	for _, o := range jobs {
 		j := o.(*batchv1.Job)
 		if ref := controller.ControllerOf(j.OwnerReferences, cancel.KindAgentRun); ref == nil || ref.UID != ar.UID {
 			continue
 		}
 		if err := r.StopJob(ctx, ar.UID, set, k, j); err != nil {
-			return false, err
-		}
-		if _, err := r.StopPods(ctx, r.Pods[ar.Namespace], k, ar.UID, j.UID); err != nil {
-			return false, err
+			return s, err
 		}
 	}
-	return false, nil
+	for uid := range set.All() { // also the Jobs already gone whose pods may still stop
+		n, err := r.StopPods(ctx, r.Pods[ar.Namespace], k, ar.UID, uid)
+		if err != nil {
+			return s, err
+		}
+		s.pods += n
+	}
+	return s, nil
+}
+
+// livePods asks the API server (one list of the OrchestrationRun's pods, by its label) how many
+// pods of each stopped step (by the step's UID) have not finished. A pod is a step's when its Job
+// is one of the step's, or it carries the step's label.
+func (r *Reconciler) livePods(ctx context.Context, or *orchv1alpha1.OrchestrationRun, stops []stop) (map[types.UID]int, error) {
+	sel := agentsv1alpha1.LabelManagedBy + "=" + agentsv1alpha1.ManagedByRunController + "," +
+		agentsv1alpha1.LabelOrchestrationRun + "=" + agentsv1alpha1.LabelValue(or.Name)
+	l, err := r.Kube.CoreV1().Pods(or.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list the pods of OrchestrationRun %s/%s: %w", or.Namespace, or.Name, err)
+	}
+	byJob, byLabel := map[types.UID]types.UID{}, map[string]types.UID{}
+	for _, s := range stops {
+		for uid := range r.JobsOf(s.ar.UID).All() {
+			byJob[uid] = s.ar.UID
+		}
+		byLabel[agentsv1alpha1.LabelValue(s.ar.Name)] = s.ar.UID
+	}
+	n := map[types.UID]int{}
+	for _, pod := range l.Items {
+		if ph := pod.Status.Phase; ph == corev1.PodSucceeded || ph == corev1.PodFailed {
+			continue
+		}
+		step, ok := byLabel[pod.Labels[agentsv1alpha1.LabelAgentRun]]
+		if ref := controller.ControllerOf(pod.OwnerReferences, "Job"); ref != nil && byJob[ref.UID] != "" {
+			step, ok = byJob[ref.UID], true
+		}
+		if ok {
+			n[step]++
+		}
+	}
+	return n, nil
 }
 
 // cancelLateSteps sets spec.cancel on every unfinished step run of the Cancelled OrchestrationRun

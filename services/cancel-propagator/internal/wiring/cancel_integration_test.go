@@ -149,6 +149,14 @@ func TestCancellingAnOrchestrationRunStopsEverythingUnderIt(t *testing.T) {
 	if ev := f.events("or1"); !contains(ev, "Normal/"+reasons.CancelRequested) || !contains(ev, "Normal/"+reasons.Cancelled) {
 		t.Errorf("events %v", ev)
 	}
+	// Step a was stopped and written Cancelled by the OrchestrationRun's pass, with no cancel
+	// events of its own.
+	if step, err := f.getAR("or1-a"); err != nil || !strings.HasPrefix(step.Status.Message, "cancelled with its OrchestrationRun or1") {
+		t.Errorf("step a: %v %q", err, step.Status.Message)
+	}
+	if ev := f.events("or1-a"); contains(ev, reasons.CancelRequested) || contains(ev, reasons.Cancelled) {
+		t.Errorf("step a's events %v, want none about the cancel", ev)
+	}
 	if _, err := f.getAR("or1-b"); !gone(err) {
 		t.Errorf("step b started after the cancel: %v", err)
 	}

@@ -214,11 +214,16 @@ func (f *fixture) setARStatus(name string, st agentsv1alpha1.AgentRunStatus) {
 	})
 }
 
-// job creates a Job the way run-controller does, owned by the run.
+// job creates a Job the way run-controller does, owned by the run and labelled with its name
+// (and its OrchestrationRun's, for a step).
 func (f *fixture) job(name string, ar *agentsv1alpha1.AgentRun) *batchv1.Job {
 	f.t.Helper()
+	labels := map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController, agentsv1alpha1.LabelAgentRun: agentsv1alpha1.LabelValue(ar.Name)}
+	if v := ar.Labels[agentsv1alpha1.LabelOrchestrationRun]; v != "" {
+		labels[agentsv1alpha1.LabelOrchestrationRun] = v
+	}
 	j, err := env.Client.BatchV1().Jobs(f.ns).Create(context.Background(), &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Name: ar.Name, UID: ar.UID, Controller: ptr.To(true)}}},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
@@ -244,12 +249,16 @@ func (f *fixture) runningAgentRun(name, podFinalizer string) (*agentsv1alpha1.Ag
 	return ar, j
 }
 
-// pod creates a running pod of the Job; with a finalizer it outlives its deletion until released.
+// pod creates a running pod of the Job, with the Job's labels; with a finalizer it outlives its
+// deletion until released.
 func (f *fixture) pod(name string, j *batchv1.Job, finalizer string) {
 	f.t.Helper()
+	labels := map[string]string{batchv1.ControllerUidLabel: string(j.UID)}
+	for k, v := range j.Labels {
+		labels[k] = v
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByRunController,
-			batchv1.ControllerUidLabel: string(j.UID)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
 	}

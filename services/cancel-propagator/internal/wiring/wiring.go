@@ -93,8 +93,8 @@ func New(cfg Config, d Deps) (*Propagator, error) {
 	}
 	p.protocol = cancel.New(cancel.Options{Enabled: cfg.Enabled, Timeout: cfg.Timeout, Kube: d.Kube, Dynamic: d.Dynamic,
 		Status: d.Status, Events: d.Events, Registry: d.Registry, Now: d.Now, EnqueueAfter: p.enqueueAfter})
-	p.or = &orchestrationrun.Reconciler{Protocol: p.protocol, Client: client, OrchestrationRuns: p.ors, AgentRuns: p.ars, Jobs: p.jobs, Pods: p.pods}
-	p.ar = &agentrun.Reconciler{Protocol: p.protocol, Kube: d.Kube, AgentRuns: p.ars, Jobs: p.jobs, Pods: p.pods}
+	p.or = &orchestrationrun.Reconciler{Protocol: p.protocol, Client: client, Kube: d.Kube, OrchestrationRuns: p.ors, AgentRuns: p.ars, Jobs: p.jobs, Pods: p.pods}
+	p.ar = &agentrun.Reconciler{Protocol: p.protocol, Kube: d.Kube, OrchestrationRuns: p.ors, AgentRuns: p.ars, Jobs: p.jobs, Pods: p.pods}
 	p.ctl = controller.New(controller.Options{Service: "cancel-propagator", Registry: d.Registry, Workers: cfg.Workers,
 		Observe: func(k string) func() {
 			if p.observe == nil {
