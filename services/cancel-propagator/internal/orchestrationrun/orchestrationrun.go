@@ -92,38 +92,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	// The steps whose pods the cache shows stopped are confirmed by one live list of the run's
-	// pods, then written Cancelled.
-	var live map[types.UID]int
-	for _, s := range stops {
-		if !s.gone && s.pods == 0 {
-			if live, err = r.livePods(ctx, or, stops); err != nil {
-				return err
-			}
-			break
-		}
-	}
-	var left []string
-	var ending, still []stop
-	behind := false // the cache shows stopped what the API server does not
-	for _, s := range stops {
-		switch n := max(s.pods, live[s.ar.UID]); {
-		case s.gone:
-		case n > 0:
-			still = append(still, s)
-			left = append(left, fmt.Sprintf("AgentRun %s (%d pod(s))", s.ar.Name, n))
-			behind = behind || s.pods == 0
-		default:
-			ending = append(ending, s)
-		}
-	}
-	if behind {
-		r.EnqueueAfter(k, 500*time.Millisecond)
-	}
-	err = cancel.Each(len(ending), width, func(i int) error {
-		ar := ending[i].ar
-		return r.FinishStep(ctx, cancel.Run{Kind: cancel.KindAgentRun, Meta: ar.ObjectMeta, Phase: ar.Status.Phase}, name, at)
-	})
+	left, still, err := r.finishSteps(ctx, or, k, at, stops)
 	if err != nil {
 		return err
 	}
@@ -147,6 +116,46 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 	}
 	return err
+}
+
+// finishSteps writes Cancelled each stopped step whose pods have stopped: the cache shows them
+// stopped and one live list of the OrchestrationRun's pods (queue key k, cancel requested at at)
+// confirms it. It returns what still runs, and the steps it belongs to.
+func (r *Reconciler) finishSteps(ctx context.Context, or *orchv1alpha1.OrchestrationRun, k string, at time.Time, stops []stop) ([]string, []stop, error) {
+	var (
+		live map[types.UID]int
+		err  error
+	)
+	for _, s := range stops {
+		if !s.gone && s.pods == 0 {
+			if live, err = r.livePods(ctx, or, stops); err != nil {
+				return nil, nil, err
+			}
+			break
+		}
+	}
+	var left []string
+	var ending, still []stop
+	behind := false // the cache shows stopped what the API server does not
+	for _, s := range stops {
+		switch n := max(s.pods, live[s.ar.UID]); {
+		case s.gone:
+		case n > 0:
+			still = append(still, s)
+			left = append(left, fmt.Sprintf("AgentRun %s (%d pod(s))", s.ar.Name, n))
+			behind = behind || s.pods == 0
+		default:
+			ending = append(ending, s)
+		}
+	}
+	if behind {
+		r.EnqueueAfter(k, 500*time.Millisecond)
+	}
+	err = cancel.Each(len(ending), width, func(i int) error {
+		ar := ending[i].ar
+		return r.FinishStep(ctx, cancel.Run{Kind: cancel.KindAgentRun, Meta: ar.ObjectMeta, Phase: ar.Status.Phase}, or.Name, at)
+	})
+	return left, still, err
 }
 
 // stop is what a pass did to one step run: ar as it was last seen (after the pass's spec.cancel

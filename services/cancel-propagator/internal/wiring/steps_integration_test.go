@@ -24,7 +24,6 @@ import (
 // Cancelled after its last step.
 func TestStepsAreWrittenCancelledOnceByTheirOrchestrationRun(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	f.apply(`{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","metadata":{"name":"three"},"spec":{"orchestrationRef":{"name":"plan"}}}`)
 	or, err := f.getOR("three")
 	if err != nil {
@@ -47,7 +46,7 @@ func TestStepsAreWrittenCancelledOnceByTheirOrchestrationRun(t *testing.T) {
 
 	// Every status each step shows from here on, as "<phase> <condition>".
 	runs := versioned.NewForConfigOrDie(env.Config).AgentsV1alpha1().AgentRuns(f.ns)
-	l, err := runs.List(ctx, metav1.ListOptions{})
+	l, err := runs.List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +55,7 @@ func TestStepsAreWrittenCancelledOnceByTheirOrchestrationRun(t *testing.T) {
 	for _, ar := range l.Items {
 		seen[ar.Name] = []string{ar.Status.Phase + " " + condOf(ar.Status.Conditions)}
 	}
-	w, err := runs.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+	w, err := runs.Watch(context.Background(), metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +84,13 @@ func TestStepsAreWrittenCancelledOnceByTheirOrchestrationRun(t *testing.T) {
 				return err
 			}
 			// The Job has no finalizer here: its deletion removes it at once.
-			j, err := env.Client.BatchV1().Jobs(f.ns).Get(ctx, name+"-job", metav1.GetOptions{})
+			j, err := env.Client.BatchV1().Jobs(f.ns).Get(context.Background(), name+"-job", metav1.GetOptions{})
 			if err == nil && j.DeletionTimestamp == nil {
 				return fmt.Errorf("%s: Job not deleted", name)
 			} else if err != nil && !gone(err) {
 				return err
 			}
-			pod, err := env.Client.CoreV1().Pods(f.ns).Get(ctx, name+"-pod", metav1.GetOptions{})
+			pod, err := env.Client.CoreV1().Pods(f.ns).Get(context.Background(), name+"-pod", metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
