@@ -188,8 +188,16 @@ func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.Orchestratio
 		r.Record(or.UID, cancel.KindAgentRun, 1)
 	}
 	set := r.JobsOf(ar.UID)
-	if ref := ar.Status.JobRef; ref != nil && ref.UID != "" {
-		set.Remember(k, types.UID(ref.UID), ref.Name)
+	refs := []*agentsv1alpha1.JobRef{ar.Status.JobRef} // the Jobs its status records: one may be gone while its pods stop
+	if ar.Status.Workflow != nil {
+		for _, st := range ar.Status.Workflow.Steps {
+			refs = append(refs, st.JobRef)
+		}
+	}
+	for _, ref := range refs {
+		if ref != nil && ref.UID != "" {
+			set.Remember(k, types.UID(ref.UID), ref.Name)
+		}
 	}
 	jobs, _ := r.Jobs[ar.Namespace].GetIndexer().ByIndex(cancel.ByOwner, ar.Namespace+"/"+ar.Name)
 	for _, o := range jobs {
