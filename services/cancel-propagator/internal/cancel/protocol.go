@@ -300,6 +300,13 @@ func (p *Protocol) Finish(ctx context.Context, r Run, k string, at time.Time, le
 func (p *Protocol) settle(uid types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dropLocked(uid)
+	p.done[uid] = true
+}
+
+// dropLocked drops what the protocol kept about the cancel of the run with uid, but whether this
+// process wrote it Cancelled. p.mu is held.
+func (p *Protocol) dropLocked(uid types.UID) {
 	delete(p.requested, uid)
 	delete(p.acted, uid)
 	delete(p.stepsHit, uid)
@@ -308,7 +315,6 @@ func (p *Protocol) settle(uid types.UID) {
 		delete(p.deletedAt, job)
 	}
 	delete(p.jobUIDs, uid)
-	p.done[uid] = true
 }
 
 // TakesSteps reports whether the cancel of the OrchestrationRun or goes on (requested, not yet

@@ -15,15 +15,8 @@ func (p *Protocol) Done(uid types.UID) bool {
 // Forget drops what this process kept about the run with uid: it was deleted.
 func (p *Protocol) Forget(uid types.UID) {
 	p.mu.Lock()
-	delete(p.requested, uid)
-	delete(p.acted, uid)
-	for job := range p.jobUIDs[uid] {
-		delete(p.jobRun, job)
-		delete(p.deletedAt, job)
-	}
-	delete(p.jobUIDs, uid)
+	p.dropLocked(uid)
 	delete(p.done, uid)
-	delete(p.stepsHit, uid)
 	p.mu.Unlock()
 }
 
