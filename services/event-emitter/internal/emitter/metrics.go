@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 		RedisSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "agentplane_events_redis_seconds",
-			Help:    "Latency of one rate-limit decision in Redis.",
+			Help:    "Latency of one rate-limit decision in Redis, from the call to the answer (a wait for a shared round trip included).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}),
 		Fallback: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -66,13 +66,15 @@ type Limiter struct {
 	onDegraded func(bool)
 	observe    func(time.Duration)
 	probing    sync.Mutex
+	pipe       pipe
 	// The script's fixed arguments, formatted once: burst, microseconds per token (rounded up)
 	// and the transient window in milliseconds.
 	burstArg, intervalArg, windowArg string
 }
 
 // New returns a limiter on rdb. onDegraded (may be nil) is called on every switch between Redis
-// and the fallback; observe (may be nil) receives each Redis round trip's latency.
+// and the fallback; observe (may be nil) receives each Redis decision's latency, from the call to
+// the answer (a wait for a round trip included: see pipeline.go).
 func New(rdb redis.UniversalClient, cfg Config, onDegraded func(bool), observe func(time.Duration)) (*Limiter, error) {
 	if cfg.PerMinute <= 0 || cfg.Burst < 1 {
 		return nil, fmt.Errorf("event rate limit needs a positive rate and a burst of at least 1 (got %g/min, burst %d)", cfg.PerMinute, cfg.Burst)
@@ -129,11 +131,13 @@ func (l *Limiter) Allow(ctx context.Context, object, reason string, transient bo
 		t = "1"
 	}
 	start := time.Now()
-	n, err := script.Run(ctx, l.rdb, []string{bucket, first}, l.burstArg, l.intervalArg, t, l.windowArg).Int()
+	n, err := l.decide(ctx, []string{bucket, first}, []any{l.burstArg, l.intervalArg, t, l.windowArg})
 	l.observe(time.Since(start))
 	if err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return RateLimited // the caller left; emitting nothing is the safe answer
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			// The caller left (cancelled or past its deadline), not Redis: emitting nothing is
+			// the safe answer, and the limiter stays on Redis.
+			return RateLimited
 		}
 		l.setDegraded(ctx, true)
 		return l.local.allow(object, reason, transient, l.cfg.TransientWindow, time.Now())
