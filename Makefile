@@ -8,7 +8,12 @@ SHELL := /usr/bin/env bash
 ROOT  := $(CURDIR)
 BIN   := $(ROOT)/bin
 TOOLS := $(BIN)/tools
-export CGO_ENABLED ?= 0
+# Static binaries, and one build cache for the tools whatever the shell exports: tools built by
+# hand with CGO_ENABLED=1 exported (as the race tests want) are other builds to Go's cache, so a
+# fresh-clone CI that exports nothing compiled every tool again from source (2026-12-06). The race
+# tests set CGO_ENABLED=1 themselves (test-unit, hack/test-integration.sh, hack/test-stress.sh);
+# `make CGO_ENABLED=1 ...` still overrides.
+export CGO_ENABLED := 0
 # The Go toolchain every build, test and tool uses: go1.27.3, downloaded by the go command from the
 # module proxy on first use (go.work names it too, for `go` run by hand where GOTOOLCHAIN is auto).
 # This machine's own Go, go1.26.8, has standard-library vulnerabilities that govulncheck reports
