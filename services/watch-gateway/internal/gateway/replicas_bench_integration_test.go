@@ -70,6 +70,10 @@ type replicaResult struct {
 	// The reconnect after a replica was killed.
 	Lost, Snapshots, Resumed, Failed int
 	Reconnect                        time.Duration
+	// Which changes (spec.replicas N) how many watchers never got as a delta, and how many
+	// streams ended before the kill (closed by a gateway, not by the crash).
+	MissingByChange map[int]int
+	LostBeforeKill  int
 }
 
 func BenchmarkGatewayReplicas(b *testing.B) {
@@ -106,7 +110,9 @@ func BenchmarkGatewayReplicas(b *testing.B) {
 				full.res.Lost, full.res.Snapshots, full.res.Resumed, full.res.Failed)
 		}
 		if full.res.Received != full.res.Want || base.res.Received != base.res.Want {
-			b.Errorf("deltas lost: replicas %d/%d, baseline %d/%d", full.res.Received, full.res.Want, base.res.Received, base.res.Want)
+			b.Errorf("deltas lost: replicas %d/%d (missing per change N: %v; streams a gateway ended before the kill: %d), baseline %d/%d (missing: %v; streams ended: %d)",
+				full.res.Received, full.res.Want, full.res.MissingByChange, full.res.LostBeforeKill,
+				base.res.Received, base.res.Want, base.res.MissingByChange, base.res.LostBeforeKill)
 		}
 	}
 }
@@ -199,9 +205,25 @@ func runReplicaPhase(b *testing.B, kc kubernetes.Interface, bin string, replicas
 		change(d + 2)
 	}
 	if kill {
+		// Every watcher has the changes so far (or none came for 5 s) before the crash: a delta
+		// the killed replica had not yet written out would be counted lost, though the watcher
+		// gets the state in its snapshot from the next replica.
+		for _, k := range kids {
+			k.next(b, "BENCH settled")
+		}
+		killed := time.Now().UnixNano()
 		gws[len(gws)-1].Kill() // a crash: no graceful close of its streams
 		for _, k := range kids {
-			k.next(b, "BENCH reconnected")
+			// A watcher process reports each wave of reconnects; a report of a loss before the
+			// kill (a stream the gateway closed, counted in the result) is not this one.
+			for {
+				f := strings.Fields(k.next(b, "BENCH reconnected "))
+				if len(f) == 2 {
+					if at, _ := strconv.ParseInt(f[1], 10, 64); at >= killed {
+						break
+					}
+				}
+			}
 		}
 		change(replicaDeltas + 2)
 	}
@@ -227,6 +249,13 @@ func runReplicaPhase(b *testing.B, kc kubernetes.Interface, bin string, replicas
 		res.Snapshots += r.Snapshots
 		res.Resumed += r.Resumed
 		res.Failed += r.Failed
+		for nrep, c := range r.MissingByChange {
+			if res.MissingByChange == nil {
+				res.MissingByChange = map[int]int{}
+			}
+			res.MissingByChange[nrep] += c
+		}
+		res.LostBeforeKill += r.LostBeforeKill
 		if r.FirstLoss > 0 && (firstLoss == 0 || r.FirstLoss < firstLoss) {
 			firstLoss = r.FirstLoss
 		}
@@ -255,6 +284,8 @@ type watcherReport struct {
 	Want                             int
 	Lost, Snapshots, Resumed, Failed int
 	FirstLoss, LastBack              int64
+	MissingByChange                  map[int]int
+	LostBeforeKill                   int
 }
 
 type watcherProcess struct {
@@ -343,7 +374,7 @@ func TestBenchReplicaClient(t *testing.T) {
 	}
 
 	var ready, lost, snapshots, resumed, failed, received atomic.Int64
-	var firstLoss, lastBack atomic.Int64
+	var firstLoss, lastBack, lastLoss, lostBeforeSettled atomic.Int64
 	logs := make([]*watcherLog, n)
 	sem := make(chan struct{}, 128) // connect at a steady pace: the accept backlog is finite
 	for i := range n {
@@ -362,6 +393,7 @@ func TestBenchReplicaClient(t *testing.T) {
 			// id seen, as a browser's EventSource behind a Service would.
 			lost.Add(1)
 			firstLoss.CompareAndSwap(0, time.Now().UnixNano())
+			lastLoss.Store(time.Now().UnixNano())
 			// The lost watchers spread over the remaining replicas, as a Service spreads new
 			// connections (every one on the next replica would double its load at once).
 			at = (at + 1 + ((from+i)/len(urls))%max(len(urls)-1, 1)) % len(urls)
@@ -390,22 +422,40 @@ func TestBenchReplicaClient(t *testing.T) {
 	}
 	fmt.Println("BENCH ready")
 
-	// Report the reconnect once every lost watcher is back and nothing moved for two seconds.
+	// Report each wave of reconnects (with the time of its last loss) once every lost watcher
+	// is back and nothing moved for two seconds; and "settled" once every watcher has the
+	// replicaDeltas changes made before a kill, or no delta arrived for 5 s after the first.
 	go func() {
-		var prev int64 = -1
+		var prev, reported int64 = -1, 0
 		stable := 0
 		for {
 			time.Sleep(100 * time.Millisecond)
 			l, back := lost.Load(), snapshots.Load()+resumed.Load()+failed.Load()
-			if l > 0 && back >= l && l == prev {
+			if l > reported && back >= l && l == prev {
 				if stable++; stable >= 20 {
-					fmt.Println("BENCH reconnected", l)
-					return
+					fmt.Println("BENCH reconnected", l, lastLoss.Load())
+					reported = l
 				}
 			} else {
 				stable = 0
 			}
 			prev = l
+		}
+	}()
+	go func() {
+		var prev int64
+		quiet := time.Now()
+		for {
+			time.Sleep(100 * time.Millisecond)
+			got := received.Load()
+			if got != prev {
+				prev, quiet = got, time.Now()
+			}
+			if got >= int64(n*replicaDeltas) || (got > 0 && time.Since(quiet) > 5*time.Second) {
+				lostBeforeSettled.Store(lost.Load())
+				fmt.Println("BENCH settled", got)
+				return
+			}
 		}
 	}()
 
@@ -419,12 +469,20 @@ func TestBenchReplicaClient(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	r := watcherReport{Want: want, Lost: int(lost.Load()), Snapshots: int(snapshots.Load()), Resumed: int(resumed.Load()), Failed: int(failed.Load()),
-		FirstLoss: firstLoss.Load(), LastBack: lastBack.Load()}
+		FirstLoss: firstLoss.Load(), LastBack: lastBack.Load(), LostBeforeKill: int(lostBeforeSettled.Load())}
 	for _, l := range logs {
 		l.mu.Lock()
 		for nrep, at := range l.arrived {
 			if t0, ok := writes[nrep]; ok {
 				r.LatencyMicros = append(r.LatencyMicros, at.Sub(time.Unix(0, t0)).Microseconds())
+			}
+		}
+		for nrep := range writes {
+			if _, ok := l.arrived[nrep]; !ok {
+				if r.MissingByChange == nil {
+					r.MissingByChange = map[int]int{}
+				}
+				r.MissingByChange[nrep]++
 			}
 		}
 		l.mu.Unlock()
