@@ -42,8 +42,6 @@ type pipe struct {
 	// pending is non-empty only while maxSenders round trips are in flight, so a new decision
 	// never overtakes waiting ones.
 	pending []*call
-	// sent, when set (tests), is told the size of each round trip (1 for a lone EVALSHA).
-	sent func(int)
 }
 
 // decide runs the bucket script for keys and args, alone or in a batch with other decisions.
@@ -54,9 +52,6 @@ func (l *Limiter) decide(ctx context.Context, keys []string, args []any) (int64,
 	if p.inFlight < maxSenders {
 		p.inFlight++
 		p.mu.Unlock()
-		if p.sent != nil {
-			p.sent(1)
-		}
 		n, err := script.Run(ctx, l.rdb, keys, args...).Int64()
 		l.passOn()
 		return n, err
@@ -114,9 +109,6 @@ func (l *Limiter) passOn() {
 // caller is the sender). A call that finds the script gone (NOSCRIPT: Redis restarted or its
 // scripts were flushed) is made again alone, which loads it.
 func (l *Limiter) send(ctx context.Context, batch []*call) {
-	if l.pipe.sent != nil {
-		l.pipe.sent(len(batch))
-	}
 	pl := l.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
