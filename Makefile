@@ -430,6 +430,10 @@ bench-archive: tools build ## 10,000 AgentRuns through the whole system on a loc
 	@mkdir -p .bench && out=.bench/archive-$$(date +%Y%m%dT%H%M%S)-$$(git rev-parse --short HEAD).txt && \
 	  (cd e2e && go test -tags e2e -count=1 -run '^$$' -bench ArchiveTenThousandRuns -benchtime 1x -timeout 150m .) 2>&1 | tee "$$out"
 
+.PHONY: bench-profile
+bench-profile: tools build ## Profile, at HEAD, each benchmark that missed a goal or failed in the committed report's run (docs/bench-results/; BENCH_RUN=dir for another): CPU and allocation top frames as text in docs/measurements/profiles-<date>-<commit>/ (a tree with changes is refused).
+	@hack/bench-profile.sh
+
 .PHONY: bench-report
 bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir; its results, and its logs less their INFO lines) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
 	@run="$(or $(BENCH_RUN),$$(ls -d .bench/*/ 2>/dev/null | sort | tail -1))"; \

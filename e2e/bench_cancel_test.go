@@ -39,10 +39,11 @@ const cancelBenchOffset = 5000
 // themselves are the time. Goals: the run Cancelled within 1.2 times the direct deletions'
 // requests (cancelled_vs_direct_requested), and with grace period 0 the whole cancel within 1.2
 // times the whole direct deletion (grace0_cancel_vs_direct). With AGENTPLANE_BENCH_PROFILES=DIR
-// it writes CPU profiles of cancel-propagator, status-writer, event-emitter, job-gc,
-// run-controller and kube-apiserver over the grace-0 cancels (from the cancel until the run is
-// Cancelled and its Jobs and pods are gone, in profileWindow windows, so a little after too) into
-// DIR/round<n>/, with their top frames beside them (<process>-top.txt).
+// it writes CPU and allocation profiles of cancel-propagator, status-writer, event-emitter,
+// job-gc, run-controller and kube-apiserver over the grace-0 cancels (from the cancel until the
+// run is Cancelled and its Jobs and pods are gone, in profileWindow windows, so a little after
+// too) into DIR/round<n>/, with their top frames beside them (<process>-top.txt for CPU,
+// <process>-alloc-top.txt for bytes allocated).
 //
 //	cd e2e && go test -tags e2e -run '^$' -bench CancelHundredRunningJobs -benchtime 1x -timeout 30m
 func BenchmarkCancelHundredRunningJobs(b *testing.B) {
@@ -204,7 +205,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 			// The top frames go to DIR only: a benchmark's log is cut after a few lines, and the
 			// results this benchmark logs come after.
 			_ = prof.stop(b, 25)
-			b.Logf("CPU profiles over the grace-0 cancel of round %d: %s (<process>-top.txt, top frames)", round, prof.dir)
+			b.Logf("CPU and allocation profiles over the grace-0 cancel of round %d: %s (<process>-top.txt, <process>-alloc-top.txt: top frames)", round, prof.dir)
 		}
 		after := cancelRequests(b)
 		for k, v := range after {

@@ -120,12 +120,16 @@ func reportCPU(b *testing.B, prefix string, before, after cpuSample, n int) stri
 
 // profiler takes CPU profiles of services (their /debug/pprof/profile, served with
 // JANGAR_DEBUG_PPROF=true) and of kube-apiserver (its own /debug/pprof, through kc) back to
-// back in windows of 10 s from start until stop, then writes each one's merged profile and its
-// top frames (go tool pprof -top) into dir.
+// back in windows of 10 s from start until stop, and each process's allocation profile
+// (/debug/pprof/allocs) at start and at stop; then it writes into dir each one's merged CPU
+// profile with its top frames (go tool pprof -top), and the top frames of what it allocated
+// between start and stop (the stop profile less the start one, by bytes allocated).
 type profiler struct {
 	dir     string
 	stopped chan struct{}
 	wg      sync.WaitGroup
+	// get fetches one named profile of a process (its path under /debug/pprof/, query included).
+	get map[string]func(ctx context.Context, path string) ([]byte, error)
 }
 
 // profileWindow is how long each CPU profile of a window lasts; the last may outlast stop by up
@@ -144,33 +148,13 @@ func metricsAddrs(offset int, names ...string) map[string]string {
 
 func startProfiles(tb testing.TB, dir string, services map[string]string, kc kubernetes.Interface) *profiler {
 	tb.Helper()
-	p := &profiler{dir: dir, stopped: make(chan struct{})}
+	p := &profiler{dir: dir, stopped: make(chan struct{}), get: map[string]func(context.Context, string) ([]byte, error){}}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	take := func(name string, get func(ctx context.Context) ([]byte, error)) {
-		p.wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-p.stopped:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), profileWindow+30*time.Second)
-				raw, err := get(ctx)
-				cancel()
-				if err != nil {
-					tb.Logf("profile of %s (window %d): %v", name, i, err)
-					return
-				}
-				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%03d.pb.gz", name, i)), raw, 0o644)
-			}
-		})
-	}
-	secs := strconv.Itoa(int(profileWindow / time.Second))
 	for name, metricsAddr := range services {
-		take(name, func(ctx context.Context) ([]byte, error) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/debug/pprof/profile?seconds="+secs, nil)
+		p.get[name] = func(ctx context.Context, path string) ([]byte, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/debug/pprof/"+path, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -184,23 +168,68 @@ func startProfiles(tb testing.TB, dir string, services map[string]string, kc kub
 				err = fmt.Errorf("%s (is JANGAR_DEBUG_PPROF=true set?)", resp.Status)
 			}
 			return raw, err
-		})
+		}
 	}
 	if kc != nil {
-		take("kube-apiserver", func(ctx context.Context) ([]byte, error) {
-			return kc.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", secs).DoRaw(ctx)
+		p.get["kube-apiserver"] = func(ctx context.Context, path string) ([]byte, error) {
+			name, query, _ := strings.Cut(path, "?")
+			r := kc.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/" + name)
+			if secs, ok := strings.CutPrefix(query, "seconds="); ok {
+				r = r.Param("seconds", secs)
+			}
+			return r.DoRaw(ctx)
+		}
+	}
+	p.allocs(tb, "start")
+	secs := strconv.Itoa(int(profileWindow / time.Second))
+	for name, get := range p.get {
+		p.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-p.stopped:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), profileWindow+30*time.Second)
+				raw, err := get(ctx, "profile?seconds="+secs)
+				cancel()
+				if err != nil {
+					tb.Logf("profile of %s (window %d): %v", name, i, err)
+					return
+				}
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%03d.pb.gz", name, i)), raw, 0o644)
+			}
 		})
 	}
 	return p
 }
 
+// allocs writes each process's allocation profile so far (every allocation since it started,
+// sampled) to <name>-allocs-<at>.pb.gz.
+func (p *profiler) allocs(tb testing.TB, at string) {
+	tb.Helper()
+	for name, get := range p.get {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		raw, err := get(ctx, "allocs")
+		cancel()
+		if err != nil {
+			tb.Logf("allocation profile of %s (%s): %v", name, at, err)
+			continue
+		}
+		_ = os.WriteFile(filepath.Join(p.dir, fmt.Sprintf("%s-allocs-%s.pb.gz", name, at)), raw, 0o644)
+	}
+}
+
 // stop waits for the windows in flight and writes, for each process, its merged profile
-// (<name>.pb.gz) and top frames by flat and by cumulative time (<name>-top.txt), and returns the
-// first lines of each top for the log.
+// (<name>.pb.gz) and top frames by flat and by cumulative time (<name>-top.txt), and the top
+// frames of what it allocated in between (<name>-alloc-top.txt), and returns the CPU tops for
+// the log.
 func (p *profiler) stop(tb testing.TB, top int) string {
 	tb.Helper()
+	p.allocs(tb, "end")
 	close(p.stopped)
 	p.wg.Wait()
+	p.allocTops(tb, top)
 	windows, _ := filepath.Glob(filepath.Join(p.dir, "*-[0-9][0-9][0-9].pb.gz"))
 	byName := map[string][]string{}
 	for _, w := range windows {
@@ -237,4 +266,32 @@ func (p *profiler) stop(tb testing.TB, top int) string {
 		}
 	}
 	return summary.String()
+}
+
+// allocTops writes, for each process with an allocation profile at start and at end, the top
+// frames by bytes allocated between the two (flat and cumulative) to <name>-alloc-top.txt.
+func (p *profiler) allocTops(tb testing.TB, top int) {
+	tb.Helper()
+	for name := range p.get {
+		start := filepath.Join(p.dir, name+"-allocs-start.pb.gz")
+		end := filepath.Join(p.dir, name+"-allocs-end.pb.gz")
+		if _, err := os.Stat(start); err != nil {
+			continue
+		}
+		if _, err := os.Stat(end); err != nil {
+			continue
+		}
+		var text strings.Builder
+		for _, order := range []string{"-flat", "-cum"} {
+			args := []string{"tool", "pprof", "-top", order, "-sample_index=alloc_space", "-nodecount", strconv.Itoa(top), "-base", start, end}
+			out, err := exec.Command("go", args...).CombinedOutput()
+			if err != nil {
+				tb.Logf("allocation top of %s: %v\n%s", name, err, out)
+				continue
+			}
+			fmt.Fprintf(&text, "# go tool pprof -top %s -sample_index=alloc_space -nodecount %d -base %s %s\n%s\n",
+				order, top, filepath.Base(start), filepath.Base(end), out)
+		}
+		_ = os.WriteFile(filepath.Join(p.dir, name+"-alloc-top.txt"), []byte(text.String()), 0o644)
+	}
 }

@@ -39,9 +39,10 @@ const benchOffset = 2000
 //
 // It also reports the CPU time per run each process used in each phase (from /proc) and how busy
 // the machine was: on two cores both phases keep them busy, so CPU per run is what sets the
-// throughput. With AGENTPLANE_BENCH_PROFILES=DIR it writes CPU profiles of run-controller,
-// status-writer, event-emitter and kube-apiserver over the controller phase into DIR, their top
-// frames into the log (profiling costs the controller's side a little CPU).
+// throughput. With AGENTPLANE_BENCH_PROFILES=DIR it writes CPU and allocation profiles of
+// run-controller, status-writer, event-emitter and kube-apiserver over the controller phase into
+// DIR (<process>-top.txt and <process>-alloc-top.txt, top frames), the CPU tops into the log too
+// (profiling costs the controller's side a little CPU).
 //
 //	cd e2e && go test -tags e2e -run '^$' -bench RunControllerThousandRuns -benchtime 1x -timeout 30m
 func BenchmarkRunControllerThousandRuns(b *testing.B) {

@@ -9,6 +9,10 @@
 // runs it there, so that the committed figures come with the files they were generated from.
 //
 //	go run ./cmd/benchreport -run DIR -doc FILE
+//	go run ./cmd/benchreport -run DIR -missed
+//
+// With -missed it writes no document and prints, tab-separated, the package, name and missed
+// goals of each benchmark that missed a goal or failed (`make bench-profile` profiles those).
 //
 // DIR holds meta.txt ("key: value" lines) and *.txt files in Go's benchmark format (what
 // `go test -bench` prints, benchstat's input).
@@ -39,10 +43,22 @@ const (
 func main() {
 	run := flag.String("run", "", "the directory of one `make bench` run")
 	doc := flag.String("doc", "docs/benchmarks.md", "the document whose generated section to replace")
+	missed := flag.Bool("missed", false, "write no document: print each benchmark of the run that missed a goal or failed, one per line (package, name, the goals missed or FAILED; tab-separated)")
 	flag.Parse()
 	if *run == "" {
 		fmt.Fprintln(os.Stderr, "benchreport: -run DIR is required (a directory `make bench` wrote under .bench/)")
 		os.Exit(2)
+	}
+	if *missed {
+		results, err := readResults(*run)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+		for _, line := range missedGoals(results) {
+			fmt.Println(line)
+		}
+		return
 	}
 	section, err := report(*run)
 	if err != nil {
@@ -190,17 +206,47 @@ func writeResult(b *bytes.Buffer, r *result, count int) {
 
 // goalLine judges a goal from its runs (1 met, 0 missed) and the runs that failed.
 func goalLine(goal string, vs []float64, failed int) string {
-	met := 0
+	met, n, ok := judge(vs, failed)
+	if !ok {
+		return fmt.Sprintf("- goal `%s`: **MISSED** (met in %d of %d runs)", goal, met, n)
+	}
+	return fmt.Sprintf("- goal `%s`: met (in %d of %d runs)", goal, met, n)
+}
+
+// judge counts the runs that met a goal (1) among n, a failed run counting as missed; the goal is
+// met when more than half met it.
+func judge(vs []float64, failed int) (met, n int, ok bool) {
 	for _, v := range vs {
 		if v == 1 {
 			met++
 		}
 	}
-	n := len(vs) + failed // a failed run met no goal
-	if 2*met <= n {
-		return fmt.Sprintf("- goal `%s`: **MISSED** (met in %d of %d runs)", goal, met, n)
+	n = len(vs) + failed
+	return met, n, 2*met > n
+}
+
+// missedGoals lists the benchmarks with a goal missed by the majority rule, or a failed run:
+// "<package>\t<name>\t<goal>,<goal>" (FAILED among the goals when a run failed), in the order
+// the run reported them.
+func missedGoals(results []*result) []string {
+	var out []string
+	for _, r := range results {
+		var why []string
+		if r.failed > 0 {
+			why = append(why, "FAILED")
+		}
+		for _, u := range r.units {
+			if g, isGoal := strings.CutPrefix(u, goalPrefix); isGoal {
+				if _, _, ok := judge(r.runs[u], r.failed); !ok {
+					why = append(why, g)
+				}
+			}
+		}
+		if len(why) > 0 {
+			out = append(out, fmt.Sprintf("%s\t%s\t%s", r.pkg, r.name, strings.Join(why, ",")))
+		}
 	}
-	return fmt.Sprintf("- goal `%s`: met (in %d of %d runs)", goal, met, n)
+	return out
 }
 
 func readMeta(path string) (map[string]string, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -170,5 +171,39 @@ FAIL
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestMissedListsEveryBenchmarkWithAGoalMissedOrAFailedRun(t *testing.T) {
+	in := `pkg: example.com/a
+BenchmarkMet-2   1   5 ns/op   1 goal-met/a   1 goal-met/b
+BenchmarkMet-2   1   5 ns/op   0 goal-met/a   1 goal-met/b
+BenchmarkMet-2   1   5 ns/op   1 goal-met/a   1 goal-met/b
+BenchmarkHalf-2   1   5 ns/op   1 goal-met/c   0 goal-met/d
+BenchmarkHalf-2   1   5 ns/op   0 goal-met/c   0 goal-met/d
+BenchmarkHalf-2   1   5 ns/op   1 goal-met/c   1 goal-met/d
+ok  	example.com/a	1.0s
+pkg: example.com/b
+BenchmarkSub/concurrency-64-2   1   5 ns/op   1 goal-met/e
+BenchmarkSub/concurrency-64-2   1   5 ns/op   1 goal-met/e
+BenchmarkSub/concurrency-64-2
+--- FAIL: BenchmarkSub/concurrency-64-2
+BenchmarkNoGoals-2   1   5 ns/op
+--- FAIL: BenchmarkOnce
+    bench_test.go:30: 17000 watchers, not 100,000
+FAIL	example.com/b	2.0s
+`
+	results, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := missedGoals(results)
+	want := []string{
+		"example.com/a\tBenchmarkHalf\td",
+		"example.com/b\tBenchmarkSub/concurrency-64\tFAILED",
+		"example.com/b\tBenchmarkOnce\tFAILED",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("missed goals:\n got %q\nwant %q", got, want)
 	}
 }
