@@ -204,7 +204,7 @@ func BenchmarkCancelHundredRunningJobs(b *testing.B) {
 		if prof != nil {
 			// The top frames go to DIR only: a benchmark's log is cut after a few lines, and the
 			// results this benchmark logs come after.
-			_ = prof.stop(b, 25)
+			_ = prof.stop(b, 25) //nolint:contextcheck // the allocation profiles at the end have their own deadline, as the windows do
 			b.Logf("CPU and allocation profiles over the grace-0 cancel of round %d: %s (<process>-top.txt, <process>-alloc-top.txt: top frames)", round, prof.dir)
 		}
 		after := cancelRequests(b)
