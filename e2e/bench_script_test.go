@@ -77,6 +77,58 @@ func TestBenchRefusesADirtyTree(t *testing.T) {
 	}
 }
 
+// TestBenchProfileRefusesADirtyTree: `make bench-profile` profiles HEAD, so
+// hack/bench-profile.sh refuses a tree with changes (an untracked file is enough) before it
+// writes anything, and a clean tree gets past that check to ask benchreport what missed a goal.
+func TestBenchProfileRefusesADirtyTree(t *testing.T) {
+	root := repoRoot(t)
+	clone := filepath.Join(t.TempDir(), "repo")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		if out, err := exec.CommandContext(context.Background(), "git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git(root, "clone", "-q", "--no-hardlinks", root, clone)
+	// The clone holds HEAD's committed script; the one under test is the working tree's.
+	script, err := os.ReadFile(filepath.Join(root, "hack", "bench-profile.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(clone, "hack", "bench-profile.sh"), script, 0o755); err != nil { //nolint:gosec // G306: a script
+		t.Fatal(err)
+	}
+	git(clone, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "bench-profile.sh under test", "--allow-empty")
+	profile := func() (string, error) {
+		cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(clone, "hack", "bench-profile.sh"))
+		// A go that is not Go (it says so on stderr, which the script does not capture).
+		bin := t.TempDir()
+		if err := os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho fake-go \"$@\" >&2\nexit 3\n"), 0o755); err != nil { //nolint:gosec // G306: a stub
+			t.Fatal(err)
+		}
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := profile()
+	if err == nil || !strings.Contains(out, "profiles HEAD") || !strings.Contains(out, "notes.txt") || strings.Contains(out, "fake-go") {
+		t.Fatalf("bench-profile.sh on a tree with an untracked file: %v, want a refusal naming it before go runs:\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(clone, ".bench")); !os.IsNotExist(err) {
+		t.Fatalf("the refused run wrote .bench/ (%v)", err)
+	}
+	if err := os.Remove(filepath.Join(clone, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = profile()
+	if err == nil || strings.Contains(out, "profiles HEAD") || !strings.Contains(out, "fake-go run ./cmd/benchreport") || !strings.Contains(out, "-missed") {
+		t.Fatalf("bench-profile.sh on a clean tree: %v, want it past the check asking benchreport -missed (and failing with the fake go):\n%s", err, out)
+	}
+}
+
 // TestBenchResultsJoinFiguresALogLineSplitFromTheirName: Go prints a benchmark's name before it
 // runs and its figures after, so a line the benchmark logs meanwhile (job-gc's INFO lines do)
 // separates them. hack/bench-results.sh joins the figures back to their name: without that, the
