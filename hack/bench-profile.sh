@@ -17,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 run=${BENCH_RUN:-docs/bench-results}
+case $run in /*) ;; *) run=$root/$run ;; esac
 module=github.com/agentplane/agentplane
 
 if [ -n "$(git status --porcelain)" ]; then
@@ -25,9 +26,9 @@ if [ -n "$(git status --porcelain)" ]; then
   echo "commit or stash them, then run it again" >&2
   exit 2
 fi
-missed=$(cd e2e && go run ./cmd/benchreport -run "$root/$run" -missed)
+missed=$(cd e2e && go run ./cmd/benchreport -run "$run" -missed)
 if [ -z "$missed" ]; then
-  echo ">> bench-profile: every goal of $run was met and nothing failed: nothing to profile"
+  echo ">> bench-profile: every goal of ${run#"$root"/} was met and nothing failed: nothing to profile"
   exit 0
 fi
 commit=$(git rev-parse --short HEAD)
@@ -38,7 +39,7 @@ mkdir -p "$out"
   echo "commit: $commit"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs"
-  echo "from the run: $run ($(sed -n 's/^run: //p' "$run/meta.txt"), commit $(sed -n 's/^commit: //p' "$run/meta.txt"))"
+  echo "from the run: ${run#"$root"/} ($(sed -n 's/^run: //p' "$run/meta.txt"), commit $(sed -n 's/^commit: //p' "$run/meta.txt"))"
   echo "profiled (package, benchmark, goals missed there):"
   # shellcheck disable=SC2001
   echo "$missed" | sed 's/^/  /'
