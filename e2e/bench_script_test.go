@@ -15,37 +15,7 @@ import (
 // changes (an untracked file is enough) before it writes anything, and a clean tree gets past
 // that check.
 func TestBenchRefusesADirtyTree(t *testing.T) {
-	root := repoRoot(t)
-	clone := filepath.Join(t.TempDir(), "repo")
-	git := func(dir string, args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(context.Background(), "git", append([]string{"-C", dir}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	git(root, "clone", "-q", "--no-hardlinks", root, clone)
-	// The clone holds HEAD's committed hack/bench.sh; the one under test is the working tree's.
-	script, err := os.ReadFile(filepath.Join(root, "hack", "bench.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(clone, "hack", "bench.sh"), script, 0o755); err != nil { //nolint:gosec // G306: a script
-		t.Fatal(err)
-	}
-	git(clone, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "bench.sh under test", "--allow-empty")
-	bench := func() (string, error) {
-		cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(clone, "hack", "bench.sh"))
-		// A go that is not Go: a clean tree must get past the check and reach it.
-		bin := t.TempDir()
-		if err := os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho fake-go \"$@\"\nexit 3\n"), 0o755); err != nil { //nolint:gosec // G306: a stub
-			t.Fatal(err)
-		}
-		cmd.Env = append(os.Environ(), "PKGS=./nothing/...", "BENCH_E2E=0", "PATH="+bin+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	clone, bench := scriptInClone(t, "bench.sh", "PKGS=./nothing/...", "BENCH_E2E=0")
 	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -81,35 +51,7 @@ func TestBenchRefusesADirtyTree(t *testing.T) {
 // hack/bench-profile.sh refuses a tree with changes (an untracked file is enough) before it
 // writes anything, and a clean tree gets past that check to ask benchreport what missed a goal.
 func TestBenchProfileRefusesADirtyTree(t *testing.T) {
-	root := repoRoot(t)
-	clone := filepath.Join(t.TempDir(), "repo")
-	git := func(dir string, args ...string) {
-		t.Helper()
-		if out, err := exec.CommandContext(context.Background(), "git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	git(root, "clone", "-q", "--no-hardlinks", root, clone)
-	// The clone holds HEAD's committed script; the one under test is the working tree's.
-	script, err := os.ReadFile(filepath.Join(root, "hack", "bench-profile.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(clone, "hack", "bench-profile.sh"), script, 0o755); err != nil { //nolint:gosec // G306: a script
-		t.Fatal(err)
-	}
-	git(clone, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "bench-profile.sh under test", "--allow-empty")
-	profile := func() (string, error) {
-		cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(clone, "hack", "bench-profile.sh"))
-		// A go that is not Go (it says so on stderr, which the script does not capture).
-		bin := t.TempDir()
-		if err := os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho fake-go \"$@\" >&2\nexit 3\n"), 0o755); err != nil { //nolint:gosec // G306: a stub
-			t.Fatal(err)
-		}
-		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	clone, profile := scriptInClone(t, "bench-profile.sh")
 	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +112,40 @@ func TestBenchResultsJoinFiguresALogLineSplitFromTheirName(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// scriptInClone clones the repository with the working tree's hack/<script> committed over
+// HEAD's (the one under test), and returns the clone and a runner of the script there, with env
+// added and a go that is not Go first on PATH: it names itself and its arguments on stderr and
+// exits 3, so a run that gets past the script's own checks shows that it reached go.
+func scriptInClone(t *testing.T, script string, env ...string) (string, func() (string, error)) {
+	t.Helper()
+	root := repoRoot(t)
+	clone := filepath.Join(t.TempDir(), "repo")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		if out, err := exec.CommandContext(context.Background(), "git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git(root, "clone", "-q", "--no-hardlinks", root, clone)
+	body, err := os.ReadFile(filepath.Join(root, "hack", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(clone, "hack", script), body, 0o755); err != nil { //nolint:gosec // G306: a script
+		t.Fatal(err)
+	}
+	git(clone, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", script+" under test", "--allow-empty")
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho fake-go \"$@\" >&2\nexit 3\n"), 0o755); err != nil { //nolint:gosec // G306: a stub
+		t.Fatal(err)
+	}
+	return clone, func() (string, error) {
+		cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(clone, "hack", script))
+		cmd.Env = append(append(os.Environ(), env...), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
 	}
 }

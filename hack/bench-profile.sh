@@ -50,7 +50,7 @@ top() {
   local profile=$1 binary=$2 order
   shift 2
   for order in -flat -cum; do
-    echo "# go tool pprof -top $order -nodecount 30 $* $(basename "$profile")"
+    echo "# go tool pprof -top $order -nodecount 30 $* ${binary:+$(basename "$binary") }$(basename "$profile")"
     # shellcheck disable=SC2086
     go tool pprof -top "$order" -nodecount 30 "$@" $binary "$profile" 2>&1
     echo
