@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -225,5 +228,116 @@ func TestOrchestrationRunAcceptsCancel(t *testing.T) {
 	}
 	if !got.Spec.Cancel || got.Generation != 2 {
 		t.Fatalf("cancel=%v generation=%d", got.Spec.Cancel, got.Generation)
+	}
+}
+
+// TestOnlyCancelOfARunsSpecMayChange changes, adds and removes each field of an AgentRun's and
+// an OrchestrationRun's spec after creation: each is refused naming the field (by the field's
+// own rule for a new value, by the spec's rule for one added or removed), spec.cancel alone may
+// go from false to true and not back, and a status write still passes the rules.
+func TestOnlyCancelOfARunsSpecMayChange(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	for _, k := range []struct {
+		kind, group string
+		required    []string
+		// fields maps each spec field (but cancel) to a value and another value.
+		fields map[string][2]string
+	}{
+		{"AgentRun", "agents.proompteng.ai", []string{"agentRef", "runtime"}, map[string][2]string{
+			"agentRef":                {`{"name":"codex"}`, `{"name":"other"}`},
+			"implementationSpecRef":   {`{"name":"impl"}`, `{"name":"impl-2"}`},
+			"implementation":          {`{"inline":{"text":"a"}}`, `{"inline":{"text":"b"}}`},
+			"runtime":                 {`{"type":"job","config":{"timeoutSeconds":60}}`, `{"type":"job","config":{"timeoutSeconds":61}}`},
+			"workflow":                {`{"steps":[{"name":"a"}]}`, `{"steps":[{"name":"b"}]}`},
+			"workload":                {`{"image":"busybox:1"}`, `{"image":"busybox:2"}`},
+			"parameters":              {`{"issue":"1"}`, `{"issue":"2"}`},
+			"secrets":                 {`["one"]`, `["two"]`},
+			"memoryRef":               {`{"name":"m"}`, `{"name":"m-2"}`},
+			"vcsRef":                  {`{"name":"v"}`, `{"name":"v-2"}`},
+			"vcsPolicy":               {`{"mode":"read-only"}`, `{"mode":"none"}`},
+			"idempotencyKey":          {`"k1"`, `"k2"`},
+			"ttlSecondsAfterFinished": {`60`, `61`},
+			"retryOf":                 {`"r1"`, `"r2"`},
+		}},
+		{"OrchestrationRun", "orchestration.proompteng.ai", []string{"orchestrationRef"}, map[string][2]string{
+			"orchestrationRef":        {`{"name":"pipeline"}`, `{"name":"other"}`},
+			"parameters":              {`{"issue":"1"}`, `{"issue":"2"}`},
+			"deliveryId":              {`"d1"`, `"d2"`},
+			"ttlSecondsAfterFinished": {`60`, `61`},
+			"retryOf":                 {`"r1"`, `"r2"`},
+		}},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			// Every field but cancel is in the spec's schema and in this table: a field added to
+			// the API without a rule, or without a row here, fails the test.
+			crd := &unstructured.Unstructured{}
+			crd.SetAPIVersion("apiextensions.k8s.io/v1")
+			crd.SetKind("CustomResourceDefinition")
+			if err := c.Get(ctx, client.ObjectKey{Name: strings.ToLower(k.kind) + "s." + k.group}, crd); err != nil {
+				t.Fatal(err)
+			}
+			versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+			if len(versions) != 1 {
+				t.Fatalf("%s has %d versions, want 1", k.kind, len(versions))
+			}
+			props, _, _ := unstructured.NestedMap(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties")
+			if len(props) == 0 {
+				t.Fatalf("%s's CRD has no spec properties", k.kind)
+			}
+			for f := range props {
+				if _, ok := k.fields[f]; !ok && f != "cancel" {
+					t.Fatalf("spec.%s of %s has no row in this test", f, k.kind)
+				}
+			}
+			create := func(name string, fields []string) *unstructured.Unstructured {
+				t.Helper()
+				spec := make([]string, 0, len(fields))
+				for _, f := range fields {
+					spec = append(spec, fmt.Sprintf("%q:%s", f, k.fields[f][0]))
+				}
+				u := &unstructured.Unstructured{}
+				if err := u.UnmarshalJSON([]byte(fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"metadata":{"name":%q,"namespace":%q},"spec":{%s}}`,
+					k.group+"/v1alpha1", k.kind, name, ns, strings.Join(spec, ",")))); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Create(ctx, u); err != nil {
+					t.Fatalf("create %s %s: %v", k.kind, name, err)
+				}
+				return u
+			}
+			all := make([]string, 0, len(k.fields))
+			for f := range k.fields {
+				all = append(all, f)
+			}
+			full, bare := create("full", all), create("bare", k.required)
+			refused := func(u *unstructured.Unstructured, field, patch string) {
+				t.Helper()
+				err := c.Patch(ctx, u.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
+				want := "spec." + field + " cannot change once the run is created (only spec.cancel can): create a new run"
+				if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s %s: patch %s gave %v, want Invalid saying %q", k.kind, u.GetName(), patch, err, want)
+				}
+			}
+			for f, v := range k.fields {
+				refused(full, f, fmt.Sprintf(`{"spec":{%q:%s}}`, f, v[1]))
+				if !slices.Contains(k.required, f) {
+					refused(full, f, fmt.Sprintf(`{"spec":{%q:null}}`, f))
+					refused(bare, f, fmt.Sprintf(`{"spec":{%q:%s}}`, f, v[0]))
+				}
+			}
+			// A status write passes every rule; cancel may be set, and not undone.
+			if err := c.Status().Patch(ctx, full.DeepCopy(), client.RawPatch(types.MergePatchType,
+				[]byte(`{"status":{"phase":"Running","observedGeneration":1,"startedAt":"2026-12-06T20:00:00Z"}}`))); err != nil {
+				t.Fatalf("status write refused: %v", err)
+			}
+			if err := c.Patch(ctx, bare.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))); err != nil {
+				t.Fatalf("cancel refused: %v", err)
+			}
+			err := c.Patch(ctx, bare.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":false}}`)))
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.cancel cannot be set back to false") {
+				t.Errorf("cancel set back to false: %v", err)
+			}
+		})
 	}
 }

@@ -160,52 +160,59 @@ type AgentRun struct {
 	Status AgentRunStatus `json:"status,omitempty"`
 }
 
+// How the spec is frozen: each field's own rule (self == oldSelf) refuses a new value; the spec's
+// second rule refuses a field added or removed, and its first term (the spec unchanged, as on
+// every status write) decides that with one comparison. kube-apiserver evaluates every rule of
+// the object on each write, status writes included, and one spec rule per field, each looking
+// into the spec, cost every status write more (BenchmarkSpecRules and
+// BenchmarkSpecRulesOnTheAPIServer in libs/api measure both; docs/benchmarks.md has the figures).
+
 // AgentRunSpec is what to run. Once the run is created only spec.cancel may change (to true):
 // what a run uses was checked for its creator when it was admitted.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
-// +kubebuilder:validation:XValidation:rule="self.agentRef == oldSelf.agentRef",message="spec.agentRef cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.implementationSpecRef) == has(oldSelf.implementationSpecRef) && (!has(self.implementationSpecRef) || self.implementationSpecRef == oldSelf.implementationSpecRef)",message="spec.implementationSpecRef cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.implementation) == has(oldSelf.implementation) && (!has(self.implementation) || self.implementation == oldSelf.implementation)",message="spec.implementation cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="self.runtime == oldSelf.runtime",message="spec.runtime cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.workflow) == has(oldSelf.workflow) && (!has(self.workflow) || self.workflow == oldSelf.workflow)",message="spec.workflow cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.workload) == has(oldSelf.workload) && (!has(self.workload) || self.workload == oldSelf.workload)",message="spec.workload cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters)",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.secrets) == has(oldSelf.secrets) && (!has(self.secrets) || self.secrets == oldSelf.secrets)",message="spec.secrets cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.memoryRef) == has(oldSelf.memoryRef) && (!has(self.memoryRef) || self.memoryRef == oldSelf.memoryRef)",message="spec.memoryRef cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.vcsRef) == has(oldSelf.vcsRef) && (!has(self.vcsRef) || self.vcsRef == oldSelf.vcsRef)",message="spec.vcsRef cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.vcsPolicy) == has(oldSelf.vcsPolicy) && (!has(self.vcsPolicy) || self.vcsPolicy == oldSelf.vcsPolicy)",message="spec.vcsPolicy cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && (!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",message="spec.idempotencyKey cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.retryOf) == has(oldSelf.retryOf) && (!has(self.retryOf) || self.retryOf == oldSelf.retryOf)",message="spec.retryOf cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="self == oldSelf || (has(self.implementationSpecRef) == has(oldSelf.implementationSpecRef) && has(self.implementation) == has(oldSelf.implementation) && has(self.workflow) == has(oldSelf.workflow) && has(self.workload) == has(oldSelf.workload) && has(self.parameters) == has(oldSelf.parameters) && has(self.secrets) == has(oldSelf.secrets) && has(self.memoryRef) == has(oldSelf.memoryRef) && has(self.vcsRef) == has(oldSelf.vcsRef) && has(self.vcsPolicy) == has(oldSelf.vcsPolicy) && has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.retryOf) == has(oldSelf.retryOf))",messageExpression="'spec.' + (has(self.implementationSpecRef) != has(oldSelf.implementationSpecRef) ? 'implementationSpecRef' : has(self.implementation) != has(oldSelf.implementation) ? 'implementation' : has(self.workflow) != has(oldSelf.workflow) ? 'workflow' : has(self.workload) != has(oldSelf.workload) ? 'workload' : has(self.parameters) != has(oldSelf.parameters) ? 'parameters' : has(self.secrets) != has(oldSelf.secrets) ? 'secrets' : has(self.memoryRef) != has(oldSelf.memoryRef) ? 'memoryRef' : has(self.vcsRef) != has(oldSelf.vcsRef) ? 'vcsRef' : has(self.vcsPolicy) != has(oldSelf.vcsPolicy) ? 'vcsPolicy' : has(self.idempotencyKey) != has(oldSelf.idempotencyKey) ? 'idempotencyKey' : has(self.ttlSecondsAfterFinished) != has(oldSelf.ttlSecondsAfterFinished) ? 'ttlSecondsAfterFinished' : 'retryOf') + ' cannot change once the run is created (only spec.cancel can): create a new run'"
 type AgentRunSpec struct {
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.agentRef cannot change once the run is created (only spec.cancel can): create a new run"
 	AgentRef LocalRef `json:"agentRef"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.implementationSpecRef cannot change once the run is created (only spec.cancel can): create a new run"
 	ImplementationSpecRef *LocalRef `json:"implementationSpecRef,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.implementation cannot change once the run is created (only spec.cancel can): create a new run"
 	Implementation *InlineImplementation `json:"implementation,omitempty"`
-	Runtime        RuntimeSpec           `json:"runtime"`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.runtime cannot change once the run is created (only spec.cancel can): create a new run"
+	Runtime RuntimeSpec `json:"runtime"`
 	// Workflow lists the steps of a run whose runtime is "workflow"; they run one Job at a time.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workflow cannot change once the run is created (only spec.cancel can): create a new run"
 	Workflow *WorkflowSpec `json:"workflow,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workload cannot change once the run is created (only spec.cancel can): create a new run"
 	Workload *WorkloadSpec `json:"workload,omitempty"`
 	// +kubebuilder:validation:MaxProperties=100
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
 	Parameters map[string]string `json:"parameters,omitempty"`
 	// Secrets names the Secrets in the run's namespace that the run may read.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.secrets cannot change once the run is created (only spec.cancel can): create a new run"
 	Secrets []string `json:"secrets,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.memoryRef cannot change once the run is created (only spec.cancel can): create a new run"
 	MemoryRef *LocalRef `json:"memoryRef,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.vcsRef cannot change once the run is created (only spec.cancel can): create a new run"
 	VcsRef *LocalRef `json:"vcsRef,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.vcsPolicy cannot change once the run is created (only spec.cancel can): create a new run"
 	VcsPolicy *VcsPolicy `json:"vcsPolicy,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.idempotencyKey cannot change once the run is created (only spec.cancel can): create a new run"
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// TTLSecondsAfterFinished is how long a finished AgentRun is kept before it is deleted.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 	// Cancel asks for the run and its Jobs to be stopped (cancel-propagator). A run already
 	// finished keeps its phase. Once true it cannot be set back.
@@ -215,6 +222,7 @@ type AgentRunSpec struct {
 	// retry). It is a record of where the run came from: the run runs as any other.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.retryOf cannot change once the run is created (only spec.cancel can): create a new run"
 	RetryOf string `json:"retryOf,omitempty"`
 }
 

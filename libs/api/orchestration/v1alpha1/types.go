@@ -107,18 +107,21 @@ type OrchestrationRun struct {
 	Status OrchestrationRunStatus `json:"status,omitempty"`
 }
 
-// OrchestrationRunSpec is what to run and whether to stop it.
+// The spec is frozen as AgentRunSpec's is: each field's own rule refuses a new value, the
+// spec's second rule a field added or removed.
+
+// OrchestrationRunSpec is what to run and whether to stop it. Once the run is created only
+// spec.cancel may change (to true).
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
-// +kubebuilder:validation:XValidation:rule="self.orchestrationRef == oldSelf.orchestrationRef",message="spec.orchestrationRef cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters)",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.deliveryId) == has(oldSelf.deliveryId) && (!has(self.deliveryId) || self.deliveryId == oldSelf.deliveryId)",message="spec.deliveryId cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
-// +kubebuilder:validation:XValidation:rule="has(self.retryOf) == has(oldSelf.retryOf) && (!has(self.retryOf) || self.retryOf == oldSelf.retryOf)",message="spec.retryOf cannot change once the run is created (only spec.cancel can): create a new run"
+// +kubebuilder:validation:XValidation:rule="self == oldSelf || (has(self.parameters) == has(oldSelf.parameters) && has(self.deliveryId) == has(oldSelf.deliveryId) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.retryOf) == has(oldSelf.retryOf))",messageExpression="'spec.' + (has(self.parameters) != has(oldSelf.parameters) ? 'parameters' : has(self.deliveryId) != has(oldSelf.deliveryId) ? 'deliveryId' : has(self.ttlSecondsAfterFinished) != has(oldSelf.ttlSecondsAfterFinished) ? 'ttlSecondsAfterFinished' : 'retryOf') + ' cannot change once the run is created (only spec.cancel can): create a new run'"
 type OrchestrationRunSpec struct {
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.orchestrationRef cannot change once the run is created (only spec.cancel can): create a new run"
 	OrchestrationRef NameRef `json:"orchestrationRef"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.parameters cannot change once the run is created (only spec.cancel can): create a new run"
 	Parameters map[string]string `json:"parameters,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.deliveryId cannot change once the run is created (only spec.cancel can): create a new run"
 	DeliveryID string `json:"deliveryId,omitempty"`
 	// Cancel asks for the run and everything it started to be stopped (cancel-propagator). A run
 	// already finished keeps its phase. Once true it cannot be set back.
@@ -129,6 +132,7 @@ type OrchestrationRunSpec struct {
 	// JANGAR_AGENTS_CONTROLLER_ORCHESTRATIONRUN_RETENTION_SECONDS).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.ttlSecondsAfterFinished cannot change once the run is created (only spec.cancel can): create a new run"
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 	// RetryOf names a finished OrchestrationRun of the same namespace and Orchestration that this
 	// run retries (agentctl retry): each step that succeeded there is recorded Succeeded here,
@@ -137,6 +141,7 @@ type OrchestrationRunSpec struct {
 	// does not exist when this one starts.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.retryOf cannot change once the run is created (only spec.cancel can): create a new run"
 	RetryOf string `json:"retryOf,omitempty"`
 }
 
