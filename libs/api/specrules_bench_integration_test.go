@@ -27,7 +27,7 @@ import (
 // baseline's (one spec rule per field, as BenchmarkSpecRules describes). The AgentRun CRD is
 // installed twice more, in two groups of its own (no admission policy of the chart matches
 // them, so both sides' objects are the same bytes), once with the chart's rules and once with
-// the baseline's. Each side keeps 20 runs; rounds of 200 status writes (a JSON merge patch of
+// the baseline's. Each side keeps 20 runs; rounds of 400 status writes (a JSON merge patch of
 // the status subresource, its message changed each time so that every write is stored)
 // alternate between the sides, and the API server's own process_cpu_seconds_total is read
 // before and after each round. Reported per side: the API server's CPU ms per status write and
@@ -62,7 +62,7 @@ func BenchmarkSpecRulesOnTheAPIServer(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			const objects, perRound = 20, 200
+			const objects, perRound = 20, 400
 			for _, side := range sides {
 				res := dyn.Resource(side.gvr).Namespace(ns.Name)
 				for i := range objects {
