@@ -85,7 +85,7 @@ func BenchmarkSpecRulesOnTheAPIServer(b *testing.B) {
 			n := 0
 			round := func(gvr schema.GroupVersionResource) (cpu float64, wall time.Duration) {
 				res := dyn.Resource(gvr).Namespace(ns.Name)
-				before := apiServerCPU(b)
+				before := apiServerCPU(ctx, b)
 				start := time.Now()
 				for i := range perRound {
 					n++
@@ -94,7 +94,7 @@ func BenchmarkSpecRulesOnTheAPIServer(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				return apiServerCPU(b) - before, time.Since(start)
+				return apiServerCPU(ctx, b) - before, time.Since(start)
 			}
 			for _, side := range sides { // warm both (connections, the CRDs' handlers and caches)
 				round(side.gvr)
@@ -158,9 +158,9 @@ func installCopy(b *testing.B, crds apiextensionsclient.Interface, group string,
 }
 
 // apiServerCPU is the API server's process_cpu_seconds_total, from its /metrics.
-func apiServerCPU(b *testing.B) float64 {
+func apiServerCPU(ctx context.Context, b *testing.B) float64 {
 	b.Helper()
-	raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		b.Fatalf("read the API server's /metrics: %v", err)
 	}

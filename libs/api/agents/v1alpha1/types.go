@@ -160,18 +160,18 @@ type AgentRun struct {
 	Status AgentRunStatus `json:"status,omitempty"`
 }
 
-// How the spec is frozen: each field's own rule (self == oldSelf) refuses a new value; the spec's
-// second rule refuses a field added or removed, and its first term (the spec unchanged, as on
-// every status write) decides that with one comparison. kube-apiserver evaluates every rule of
-// the object on each write, status writes included, and one spec rule per field, each looking
-// into the spec, cost every status write more (BenchmarkSpecRules and
-// BenchmarkSpecRulesOnTheAPIServer in libs/api measure both; docs/benchmarks.md has the figures).
-
 // AgentRunSpec is what to run. Once the run is created only spec.cancel may change (to true):
 // what a run uses was checked for its creator when it was admitted.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
 // +kubebuilder:validation:XValidation:rule="self == oldSelf || (has(self.implementationSpecRef) == has(oldSelf.implementationSpecRef) && has(self.implementation) == has(oldSelf.implementation) && has(self.workflow) == has(oldSelf.workflow) && has(self.workload) == has(oldSelf.workload) && has(self.parameters) == has(oldSelf.parameters) && has(self.secrets) == has(oldSelf.secrets) && has(self.memoryRef) == has(oldSelf.memoryRef) && has(self.vcsRef) == has(oldSelf.vcsRef) && has(self.vcsPolicy) == has(oldSelf.vcsPolicy) && has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.retryOf) == has(oldSelf.retryOf))",messageExpression="'spec.' + (has(self.implementationSpecRef) != has(oldSelf.implementationSpecRef) ? 'implementationSpecRef' : has(self.implementation) != has(oldSelf.implementation) ? 'implementation' : has(self.workflow) != has(oldSelf.workflow) ? 'workflow' : has(self.workload) != has(oldSelf.workload) ? 'workload' : has(self.parameters) != has(oldSelf.parameters) ? 'parameters' : has(self.secrets) != has(oldSelf.secrets) ? 'secrets' : has(self.memoryRef) != has(oldSelf.memoryRef) ? 'memoryRef' : has(self.vcsRef) != has(oldSelf.vcsRef) ? 'vcsRef' : has(self.vcsPolicy) != has(oldSelf.vcsPolicy) ? 'vcsPolicy' : has(self.idempotencyKey) != has(oldSelf.idempotencyKey) ? 'idempotencyKey' : has(self.ttlSecondsAfterFinished) != has(oldSelf.ttlSecondsAfterFinished) ? 'ttlSecondsAfterFinished' : 'retryOf') + ' cannot change once the run is created (only spec.cancel can): create a new run'"
 type AgentRunSpec struct {
+	// How the spec is frozen: each field's own rule (self == oldSelf) refuses a new value; the spec's
+	// second rule refuses a field added or removed, and its first term (the spec unchanged, as on
+	// every status write) decides that with one comparison. kube-apiserver evaluates every rule of
+	// the object on each write, status writes included, and one spec rule per field, each looking
+	// into the spec, cost every status write more (BenchmarkSpecRules and
+	// BenchmarkSpecRulesOnTheAPIServer in libs/api measure both; docs/benchmarks.md has the figures).
+
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.agentRef cannot change once the run is created (only spec.cancel can): create a new run"
 	AgentRef LocalRef `json:"agentRef"`
 	// +optional

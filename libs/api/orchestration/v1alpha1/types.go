@@ -107,14 +107,14 @@ type OrchestrationRun struct {
 	Status OrchestrationRunStatus `json:"status,omitempty"`
 }
 
-// The spec is frozen as AgentRunSpec's is: each field's own rule refuses a new value, the
-// spec's second rule a field added or removed.
-
 // OrchestrationRunSpec is what to run and whether to stop it. Once the run is created only
 // spec.cancel may change (to true).
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="spec.cancel cannot be set back to false: a cancel cannot be undone"
 // +kubebuilder:validation:XValidation:rule="self == oldSelf || (has(self.parameters) == has(oldSelf.parameters) && has(self.deliveryId) == has(oldSelf.deliveryId) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.retryOf) == has(oldSelf.retryOf))",messageExpression="'spec.' + (has(self.parameters) != has(oldSelf.parameters) ? 'parameters' : has(self.deliveryId) != has(oldSelf.deliveryId) ? 'deliveryId' : has(self.ttlSecondsAfterFinished) != has(oldSelf.ttlSecondsAfterFinished) ? 'ttlSecondsAfterFinished' : 'retryOf') + ' cannot change once the run is created (only spec.cancel can): create a new run'"
 type OrchestrationRunSpec struct {
+	// The spec is frozen as AgentRunSpec's is: each field's own rule refuses a new value, the
+	// spec's second rule a field added or removed.
+
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.orchestrationRef cannot change once the run is created (only spec.cancel can): create a new run"
 	OrchestrationRef NameRef `json:"orchestrationRef"`
 	// +optional

@@ -7,7 +7,8 @@ package v1alpha1
 // OrchestrationRunSpecApplyConfiguration represents a declarative configuration of the OrchestrationRunSpec type for use
 // with apply.
 //
-// OrchestrationRunSpec is what to run and whether to stop it.
+// OrchestrationRunSpec is what to run and whether to stop it. Once the run is created only
+// spec.cancel may change (to true).
 type OrchestrationRunSpecApplyConfiguration struct {
 	OrchestrationRef *NameRefApplyConfiguration `json:"orchestrationRef,omitempty"`
 	Parameters       map[string]string          `json:"parameters,omitempty"`
