@@ -16,20 +16,8 @@ import (
 // that check.
 func TestBenchRefusesADirtyTree(t *testing.T) {
 	clone, bench := scriptInClone(t, "bench.sh", "PKGS=./nothing/...", "BENCH_E2E=0")
-	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	refusesADirtyTree(t, clone, "bench.sh", bench, "measures HEAD")
 	out, err := bench()
-	if err == nil || !strings.Contains(out, "measures HEAD") || !strings.Contains(out, "notes.txt") {
-		t.Fatalf("bench.sh on a tree with an untracked file: %v, want a refusal naming it:\n%s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(clone, ".bench")); !os.IsNotExist(err) {
-		t.Fatalf("the refused run wrote .bench/ (%v)", err)
-	}
-	if err := os.Remove(filepath.Join(clone, "notes.txt")); err != nil {
-		t.Fatal(err)
-	}
-	out, err = bench()
 	if strings.Contains(out, "measures HEAD") || !strings.Contains(out, "fake-go") {
 		t.Fatalf("bench.sh on a clean tree: %v, want it past the check and running go:\n%s", err, out)
 	}
@@ -52,20 +40,8 @@ func TestBenchRefusesADirtyTree(t *testing.T) {
 // writes anything, and a clean tree gets past that check to ask benchreport what missed a goal.
 func TestBenchProfileRefusesADirtyTree(t *testing.T) {
 	clone, profile := scriptInClone(t, "bench-profile.sh")
-	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	refusesADirtyTree(t, clone, "bench-profile.sh", profile, "profiles HEAD")
 	out, err := profile()
-	if err == nil || !strings.Contains(out, "profiles HEAD") || !strings.Contains(out, "notes.txt") || strings.Contains(out, "fake-go") {
-		t.Fatalf("bench-profile.sh on a tree with an untracked file: %v, want a refusal naming it before go runs:\n%s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(clone, ".bench")); !os.IsNotExist(err) {
-		t.Fatalf("the refused run wrote .bench/ (%v)", err)
-	}
-	if err := os.Remove(filepath.Join(clone, "notes.txt")); err != nil {
-		t.Fatal(err)
-	}
-	out, err = profile()
 	if err == nil || strings.Contains(out, "profiles HEAD") || !strings.Contains(out, "fake-go run ./cmd/benchreport") || !strings.Contains(out, "-missed") {
 		t.Fatalf("bench-profile.sh on a clean tree: %v, want it past the check asking benchreport -missed (and failing with the fake go):\n%s", err, out)
 	}
@@ -112,6 +88,26 @@ func TestBenchResultsJoinFiguresALogLineSplitFromTheirName(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// refusesADirtyTree runs script (run) in clone with an untracked file there and fails t unless
+// the script refuses, saying want and naming the file, before go runs or .bench/ is written; it
+// then removes the file, leaving the clone clean.
+func refusesADirtyTree(t *testing.T, clone, script string, run func() (string, error), want string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(clone, "notes.txt"), []byte("uncommitted\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run()
+	if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "notes.txt") || strings.Contains(out, "fake-go") {
+		t.Fatalf("%s on a tree with an untracked file: %v, want a refusal naming it before go runs:\n%s", script, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(clone, ".bench")); !os.IsNotExist(err) {
+		t.Fatalf("the refused run wrote .bench/ (%v)", err)
+	}
+	if err := os.Remove(filepath.Join(clone, "notes.txt")); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -44,8 +44,8 @@ func BenchmarkSpecRulesOnTheAPIServer(b *testing.B) {
 		name string
 		gvr  schema.GroupVersionResource
 	}{
-		{"ours", installCopy(b, crds, "ours.specrules.agentplane.test", chart)},
-		{"baseline", installCopy(b, crds, "baseline.specrules.agentplane.test", classicRules(b, chart))},
+		{"ours", installCopy(b, crds, dyn, "ours.specrules.agentplane.test", chart)},
+		{"baseline", installCopy(b, crds, dyn, "baseline.specrules.agentplane.test", classicRules(b, chart))},
 	}
 	for _, shape := range []struct {
 		name string
@@ -123,7 +123,7 @@ func BenchmarkSpecRulesOnTheAPIServer(b *testing.B) {
 
 // installCopy installs the AgentRun CRD again in group, with schema s, and returns its resource
 // once the API server serves it.
-func installCopy(b *testing.B, crds apiextensionsclient.Interface, group string, s *apiextensionsv1.JSONSchemaProps) schema.GroupVersionResource {
+func installCopy(b *testing.B, crds apiextensionsclient.Interface, dyn dynamic.Interface, group string, s *apiextensionsv1.JSONSchemaProps) schema.GroupVersionResource {
 	b.Helper()
 	ctx := context.Background()
 	crd := &apiextensionsv1.CustomResourceDefinition{
@@ -143,7 +143,6 @@ func installCopy(b *testing.B, crds apiextensionsclient.Interface, group string,
 		_ = crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
 	})
 	gvr := schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "agentruns"}
-	dyn := dynamic.NewForConfigOrDie(env.Config)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := dyn.Resource(gvr).Namespace("default").List(ctx, metav1.ListOptions{Limit: 1})

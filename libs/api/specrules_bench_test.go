@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -16,9 +16,12 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
+	"k8s.io/apimachinery/pkg/runtime"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/common"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentplane/agentplane/libs/testenv"
 )
 
 // BenchmarkSpecRules measures, in process, what the x-kubernetes-validations rules of the
@@ -74,12 +77,12 @@ func BenchmarkSpecRules(b *testing.B) {
 				"status": map[string]any{"phase": "Pending", "reason": "Starting", "observedGeneration": int64(1),
 					"updatedAt": "2026-12-06T20:00:00.000000Z"}}
 			// The status write: Pending to Running, startedAt set, the spec as it was.
-			write := deepCopy(old)
+			write := runtime.DeepCopyJSON(old)
 			write["status"] = map[string]any{"phase": "Running", "reason": "Running", "observedGeneration": int64(1),
 				"startedAt": "2026-12-06T20:00:01Z", "updatedAt": "2026-12-06T20:00:01.000000Z"}
 			// A spec write ours and the baseline must refuse (a value changed), so neither is
 			// measured skipping its rules; the floor has none to refuse it with.
-			bad := deepCopy(old)
+			bad := runtime.DeepCopyJSON(old)
 			bad["spec"].(map[string]any)["parameters"] = map[string]any{"issue": "43"}
 			for _, side := range sides {
 				if errs := side.v(write, old); len(errs) != 0 {
@@ -95,11 +98,11 @@ func BenchmarkSpecRules(b *testing.B) {
 			const round = 200
 			spent := make([]time.Duration, len(sides))
 			bytes := make([]uint64, len(sides))
-			var ms runtime.MemStats
+			var ms goruntime.MemStats
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for j, side := range sides {
-					runtime.ReadMemStats(&ms)
+					goruntime.ReadMemStats(&ms)
 					a0, t0 := ms.TotalAlloc, time.Now()
 					for range round {
 						if errs := side.v(write, old); len(errs) != 0 {
@@ -107,7 +110,7 @@ func BenchmarkSpecRules(b *testing.B) {
 						}
 					}
 					spent[j] += time.Since(t0)
-					runtime.ReadMemStats(&ms)
+					goruntime.ReadMemStats(&ms)
 					bytes[j] += ms.TotalAlloc - a0
 				}
 			}
@@ -126,7 +129,11 @@ func BenchmarkSpecRules(b *testing.B) {
 // loadSchema reads a CRD the chart installs and returns its one version's schema.
 func loadSchema(b *testing.B, file string) *apiextensionsv1.JSONSchemaProps {
 	b.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "charts", "agentplane-crds", "files", "crds", file))
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "charts", "agentplane-crds", "files", "crds", file))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,15 +228,4 @@ func noSpecRules(s *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSchema
 	}
 	s.Properties["spec"] = spec
 	return s
-}
-
-func deepCopy(m map[string]any) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		if mm, ok := v.(map[string]any); ok {
-			v = deepCopy(mm)
-		}
-		out[k] = v
-	}
-	return out
 }
