@@ -255,6 +255,7 @@ func BenchmarkScaleRuns(b *testing.B) {
 			"whole-life throughput through agentplane %.2f of the plain Jobs' (goal >= 0.9), API requests per run %.2f times theirs (goal <= 1.3)",
 			n, total, plain.done.Round(time.Second), float64(total)/plain.done.Seconds(), plain.reads, plain.writes, throughput, reqRatio)
 		b.Logf("tier %d: most reads (verb resource count, this benchmark's own included): %s", n, topReads(before, after))
+		b.Logf("tier %d: most writes per run (verb resource/subresource, this benchmark's own included): %s", n, topWritesPerRun(before, after, total))
 		var gets []string
 		for _, svc := range []string{"run-controller", "job-gc", "status-writer", "event-emitter"} {
 			gets = append(gets, fmt.Sprintf("%s %.0f", svc, after["gets_"+svc]-before["gets_"+svc]))
@@ -328,6 +329,7 @@ func scrapeScale(b *testing.B, kc kubernetes.Interface, pids map[string]int) map
 			m["reads "+label(l, "verb")+" "+label(l, "resource")] += num(l)
 		default:
 			m["api_writes"] += num(l)
+			m["writes "+label(l, "verb")+" "+label(l, "resource")+"/"+label(l, "subresource")] += num(l)
 		}
 	}
 	for _, svc := range []string{"run-controller", "status-writer", "event-emitter", "job-gc"} {
@@ -373,6 +375,21 @@ func label(line, name string) string {
 // topReads lists the five (verb, resource) pairs whose reads grew most between two scrapes.
 func topReads(before, after map[string]float64) string {
 	return top(before, after, "reads ", 5, "%.0f")
+}
+
+// topWritesPerRun lists the (verb, resource/subresource) pairs that grew by at least a twentieth
+// of a request per run between two scrapes, most first, each divided by runs: where a run's
+// writes go.
+func topWritesPerRun(before, after map[string]float64, runs int) string {
+	per := map[string]float64{}
+	for k, v := range after {
+		if strings.HasPrefix(k, "writes ") {
+			if d := (v - before[k]) / float64(runs); d >= 0.05 {
+				per[k] = d
+			}
+		}
+	}
+	return top(map[string]float64{}, per, "writes ", len(per), "%.2f")
 }
 
 // topSeconds lists the n (verb, resource/subresource) pairs on which the API server spent the
@@ -489,6 +506,7 @@ func plainJobs(b *testing.B, kc kubernetes.Interface, tier string, total int, ow
 	}
 	done := time.Since(start)
 	after := scrapeScale(b, kc, nil)
+	b.Logf("tier %s baseline: most writes per Job (verb resource/subresource, this benchmark's own included): %s", tier, topWritesPerRun(before, after, total))
 	return plainResult{done: done,
 		reads:  (after["api_reads"] - before["api_reads"] - float64(ownReads()-r0)) / float64(total),
 		writes: (after["api_writes"] - before["api_writes"] - float64(ownWrites()-w0)) / float64(total),
