@@ -253,15 +253,15 @@ func (c *Reconciler) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 	return core.Result{}, c.setRunStatus(ctx, ar, st)
 }
 
-// jobRefWait is how long to wait before writing st over the status of a run whose own start
-// claim said Starting (one not owned by an OrchestrationRun, whose claim is on the parent): 0
-// when st is to be written now, as it is unless it is the Pending JobCreated status that only
+// jobRefWait is how long to wait before writing st over the status of a run whose start is
+// already recorded: by its own start claim (Starting), or, for an OrchestrationRun's step, by the
+// OrchestrationRun's (the step Pending, "starting AgentRun ...; waiting for its pod to run"). It
+// is 0 when st is to be written now, as it is unless it is the Pending JobCreated status that only
 // adds the jobRef, and the Job is younger than delay (Config.JobRefDelay). The run's cached
 // status is not what decides: the reconcile that claimed, and one woken by the Job's creation
 // before the claim's own update arrived, hold the run as it was before the claim.
 func jobRefWait(ar *agentsv1alpha1.AgentRun, job *batchv1.Job, st runStatus, delay time.Duration, now time.Time) time.Duration {
-	if st.phase != agentsv1alpha1.PhasePending || st.reason != reasons.JobCreated || ar.Status.JobRef != nil ||
-		core.ControllerOf(ar.OwnerReferences, "OrchestrationRun") != nil {
+	if st.phase != agentsv1alpha1.PhasePending || st.reason != reasons.JobCreated || ar.Status.JobRef != nil {
 		return 0
 	}
 	left := delay - now.Sub(job.CreationTimestamp.Time)

@@ -232,8 +232,8 @@ func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 }
 
 // TestOnlyTheJobRefOfAYoungJobWaits: the Pending JobCreated write that only adds the jobRef waits
-// until the Job is delay old; every other status, and the runs whose start claim is on their
-// OrchestrationRun (which wrote them no Starting status), are written at once.
+// until the Job is delay old, for a run of its own and for an OrchestrationRun's step (whose start
+// the OrchestrationRun's status records); every other status is written at once.
 func TestOnlyTheJobRefOfAYoungJobWaits(t *testing.T) {
 	now := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
 	delay := 5 * time.Second
@@ -260,7 +260,8 @@ func TestOnlyTheJobRefOfAYoungJobWaits(t *testing.T) {
 		{"a Job older than the delay is recorded", run, pending, 6 * time.Second, 0},
 		{"Running is written at once", run, running, 0, 0},
 		{"a recorded jobRef is not held back", recorded, pending, 0, 0},
-		{"a step's run (claimed on its OrchestrationRun) is written at once", step, pending, 0, 0},
+		{"a step's run (its start recorded by its OrchestrationRun) waits likewise", step, pending, 2 * time.Second, 3 * time.Second},
+		{"a step's Running is written at once", step, running, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := jobRefWait(tc.ar, job(tc.age), tc.st, delay, now); got != tc.want {

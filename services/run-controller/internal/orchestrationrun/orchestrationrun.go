@@ -68,24 +68,27 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 	if problem != "" {
 		return core.Result{}, c.stopOrch(ctx, or, true, reasons.InvalidSpec, problem)
 	}
-	p := progress{children: c.orchChildren(or, orch), reused: reused}
+	p := progress{children: c.orchChildren(or, orch), reused: reused, starting: map[string]string{}}
 	failed := failedSteps(order, p)
+	var claimed *orchStatus // what the last start claim wrote
 	for _, s := range nextSteps(order, p, failed) {
-		ar, err := c.createChild(ctx, or, s, func(starting orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus {
-			steps, _, _ := stepStatuses(orch, p, failed)
-			for i := range steps {
-				if steps[i].Name == starting.Name {
-					steps[i] = starting
-				}
-			}
-			return steps
-		})
+		// The start claim writes the run's whole status with the step starting: the status this
+		// pass ends with, unless a child's status moved meanwhile, so no second write follows.
+		p.starting[s.Name] = childName(or, s.Name)
+		st := orchestrationStatus(orch, p, failed)
+		ar, err := c.createChild(ctx, or, s, st)
+		delete(p.starting, s.Name)
 		if err != nil || ar == nil { // nil: the run was cancelled meanwhile
 			return core.Result{}, err
 		}
 		p.children[s.Name] = ar
+		claimed = &st
 	}
 	st := orchestrationStatus(orch, p, failed)
+	if claimed != nil && claimed.phase == st.phase && claimed.reason == st.reason && claimed.message == st.message &&
+		core.SameJSON(claimed.steps, st.steps) && core.SameJSON(claimed.conds, st.conds) {
+		return core.Result{}, nil
+	}
 	if or.Status.Phase == st.phase && or.Status.Reason == st.reason && or.Status.Message == st.message &&
 		or.Status.ObservedGeneration == or.Generation && or.Status.RunID == string(or.UID) &&
 		core.SameJSON(or.Status.StepStatuses, st.steps) && core.CondsSay(or.Status.Conditions, st.conds) {
@@ -111,11 +114,20 @@ func (c *Reconciler) orchChildren(or *orchv1alpha1.OrchestrationRun, orch *orchv
 	return children
 }
 
-// progress is what the run's steps have done: the AgentRuns the run started, by step, and the
-// steps a retry takes from the run it retries (spec.retryOf), which succeeded there.
+// progress is what the run's steps have done: the AgentRuns the run started, by step, the
+// steps a retry takes from the run it retries (spec.retryOf), which succeeded there, and the
+// step whose start is being claimed (its AgentRun's name, by step), not created yet.
 type progress struct {
 	children map[string]*agentsv1alpha1.AgentRun
 	reused   map[string]orchv1alpha1.StepStatus
+	starting map[string]string
+}
+
+// startingStep is a step whose AgentRun (named run) is starting: claimed or created, with no
+// status of its own yet.
+func startingStep(s orchv1alpha1.OrchestrationStep, run string) orchv1alpha1.StepStatus {
+	return orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending,
+		Message: "starting AgentRun " + run + "; waiting for its pod to run"}
 }
 
 // stepPhase is a step's phase from its AgentRun ("" before it exists, Pending before its first
@@ -210,18 +222,14 @@ func runningMessage(steps []orchv1alpha1.StepStatus) string {
 	return fmt.Sprintf("%d of %d steps succeeded; running: %s", done, len(steps), strings.Join(running, ", "))
 }
 
-// childName is the AgentRun name of a step: deterministic, so a retry finds it.
+// childName is the AgentRun name of a step (core.StepRunName).
 func childName(or *orchv1alpha1.OrchestrationRun, step string) string {
-	n := or.Name + "-" + step
-	if len(n) <= 253 {
-		return strings.ToLower(n)
-	}
-	return core.Shorten(n, 240) + "-" + core.Hash8(string(or.UID)+"/"+step)
+	return core.StepRunName(or.Name, string(or.UID), step)
 }
 
-// createChild creates a step's AgentRun, owned by the OrchestrationRun.
-func (c *Reconciler) createChild(ctx context.Context, or *orchv1alpha1.OrchestrationRun, s orchv1alpha1.OrchestrationStep,
-	withStarting func(orchv1alpha1.StepStatus) []orchv1alpha1.StepStatus) (*agentsv1alpha1.AgentRun, error) {
+// createChild creates a step's AgentRun, owned by the OrchestrationRun, after a start claim that
+// writes st, the run's status with the step starting.
+func (c *Reconciler) createChild(ctx context.Context, or *orchv1alpha1.OrchestrationRun, s orchv1alpha1.OrchestrationStep, st orchStatus) (*agentsv1alpha1.AgentRun, error) {
 	params := maps.Clone(or.Spec.Parameters)
 	if params == nil {
 		params = map[string]string{}
@@ -262,14 +270,14 @@ func (c *Reconciler) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 			Workload: workload, Parameters: params,
 		},
 	}
-	// A start claim on the run, recording the step as starting: refused once the cancel is in,
-	// even if the cache has not seen it, so no step starts after a cancel.
-	steps := withStarting(orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending, Message: "starting: creating AgentRun " + ar.Name})
-	fields, err := statusclient.OrchestrationRunFields("", steps)
+	// A start claim on the run, writing its status with the step starting: refused once the
+	// cancel is in, even if the cache has not seen it, so no step starts after a cancel.
+	fields, err := statusclient.OrchestrationRunFields(string(or.UID), st.steps)
 	if err != nil {
 		return nil, fmt.Errorf("encode OrchestrationRun %s/%s step statuses: %w", or.Namespace, or.Name, err)
 	}
-	if granted, err := c.Claim(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), fields); err != nil || !granted {
+	if granted, err := c.ClaimWithStatus(ctx, "OrchestrationRun", or.Namespace, or.Name, string(or.UID), or.Generation,
+		st.phase, st.reason, st.message, st.conds, fields); err != nil || !granted {
 		return nil, err
 	}
 	runs := c.Client.AgentsV1alpha1().AgentRuns(or.Namespace)
@@ -402,11 +410,15 @@ func stepStatuses(orch *orchv1alpha1.Orchestration, p progress, failed []string)
 		st := orchv1alpha1.StepStatus{Name: s.Name, Kind: s.Kind, Phase: agentsv1alpha1.PhasePending}
 		if taken, ok := p.reused[s.Name]; ok {
 			st = taken
-		} else if ar := p.children[s.Name]; ar != nil {
+		} else if run, ok := p.starting[s.Name]; ok {
+			st = startingStep(s, run)
+		} else if ar := p.children[s.Name]; ar != nil && ar.Status.Phase == "" {
+			// A step run with no status yet says what its start claim wrote until its own first
+			// status, which, for a pod that runs promptly, is Running (the AgentRun reconciler's
+			// jobRefWait): no write of the OrchestrationRun's between.
+			st = startingStep(s, ar.Name)
+		} else if ar != nil {
 			st.Phase = ar.Status.Phase
-			if st.Phase == "" {
-				st.Phase = agentsv1alpha1.PhasePending
-			}
 			st.Message = ar.Status.Message
 			st.StartedAt, st.FinishedAt = ar.Status.StartedAt, ar.Status.FinishedAt
 			st.ResourceRef = &orchv1alpha1.ResourceRef{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentRun", Name: ar.Name, Namespace: ar.Namespace, UID: string(ar.UID)}

@@ -13,7 +13,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	watchapi "k8s.io/apimachinery/pkg/watch"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
@@ -158,22 +160,19 @@ func orchRun(ns, name, orch string) *orchv1alpha1.OrchestrationRun {
 	}
 }
 
-// finishStep finishes the Job of an OrchestrationRun step's AgentRun.
+// finishStep finishes the Job of an OrchestrationRun step's AgentRun (found by its name: a step
+// whose pod has not run records its jobRef only after the jobRef delay).
 func finishStep(t *testing.T, ns, or, step string, succeed bool) {
 	t.Helper()
 	name := or + "-" + step
-	var ar *agentsv1alpha1.AgentRun
-	testenv.Eventually(t, 20*time.Second, "AgentRun "+name+" has its Job", func() error {
+	testenv.Eventually(t, 20*time.Second, "AgentRun "+name, func() error {
 		if !childExists(t, ns, name) {
 			return fmt.Errorf("no AgentRun %s yet", name)
 		}
-		ar = getRun(t, ns, name)
-		if ar.Status.JobRef == nil {
-			return fmt.Errorf("%+v", ar.Status)
-		}
 		return nil
 	})
-	finishJob(t, ns, ar.Status.JobRef.Name, succeed)
+	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, name), "", 1))
+	finishJob(t, ns, j.Name, succeed)
 	phase := agentsv1alpha1.PhaseSucceeded
 	if !succeed {
 		phase = agentsv1alpha1.PhaseFailed
@@ -186,6 +185,104 @@ func childExists(t *testing.T, ns, name string) bool {
 	rc, _ := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
 	err := rc.Get().Namespace(ns).Resource("agentruns").Name(name).Do(t.Context()).Error()
 	return err == nil
+}
+
+// TestAStepWhosePodRunsPromptlyGoesToRunningInOneWriteOfEach: a step's start is recorded once,
+// in the OrchestrationRun's status (the step Pending, "starting AgentRun ...; waiting for its pod
+// to run"); a step whose pod runs within the jobRef delay goes from no status to Running, jobRef
+// and all, with no Pending JobCreated write of its own and none of the OrchestrationRun's between
+// (no step entry that mirrors the run's empty status or its JobCreated). Every version of both
+// objects is watched, so a write between would be seen.
+func TestAStepWhosePodRunsPromptlyGoesToRunningInOneWriteOfEach(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	// A delay no slow machine outlasts between the Job's creation and fakePodRunning.
+	startController(t, ns, func(c *core.Config) { c.JobRefDelay = time.Minute })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	watch := func(gv schema.GroupVersion, resource string) <-chan watchapi.Event {
+		rc, err := kubeclient.RESTClientFor(env.Config, gv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := rc.Get().Namespace(ns).Resource(resource).VersionedParams(&metav1.ListOptions{Watch: true}, metav1.ParameterCodec).Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		return w.ResultChan()
+	}
+	runs, orchRuns := watch(agentsv1alpha1.GroupVersion, "agentruns"), watch(orchv1alpha1.GroupVersion, "orchestrationruns")
+	create(t, "orchestrations", ns, orchestration(ns, "single", step("a")))
+	create(t, "orchestrationruns", ns, orchRun(ns, "one", "single"))
+	testenv.Eventually(t, 20*time.Second, "step a's AgentRun", func() error {
+		if !childExists(t, ns, "one-a") {
+			return fmt.Errorf("no one-a")
+		}
+		return nil
+	})
+	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "one-a"), "", 1))
+	fakePodRunning(t, j)
+
+	const starting = "starting AgentRun one-a; waiting for its pod to run"
+	var runSeen, stepSeen []string
+	var running *agentsv1alpha1.AgentRunStatus
+	var firstWrite *orchv1alpha1.OrchestrationRunStatus // the OrchestrationRun's first status: the step's start claim
+	stepRunning := false
+	for running == nil || !stepRunning {
+		select {
+		case ev, ok := <-runs:
+			if !ok {
+				t.Fatalf("the AgentRun watch ended; statuses so far: %v", runSeen)
+			}
+			ar, isRun := ev.Object.(*agentsv1alpha1.AgentRun)
+			if !isRun {
+				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
+			}
+			st := ar.Status
+			if s := st.Phase + "/" + st.Reason; len(runSeen) == 0 || runSeen[len(runSeen)-1] != s {
+				runSeen = append(runSeen, s)
+			}
+			if st.Phase == agentsv1alpha1.PhaseRunning {
+				running = &st
+			}
+		case ev, ok := <-orchRuns:
+			if !ok {
+				t.Fatalf("the OrchestrationRun watch ended; step a so far: %v", stepSeen)
+			}
+			or, isOrch := ev.Object.(*orchv1alpha1.OrchestrationRun)
+			if !isOrch {
+				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
+			}
+			if firstWrite == nil && ev.Type == watchapi.Modified {
+				firstWrite = or.Status.DeepCopy()
+			}
+			for _, s := range or.Status.StepStatuses {
+				if s.Name != "a" {
+					continue
+				}
+				if v := s.Phase + ": " + s.Message; len(stepSeen) == 0 || stepSeen[len(stepSeen)-1] != v {
+					stepSeen = append(stepSeen, v)
+				}
+				stepRunning = s.Phase == agentsv1alpha1.PhaseRunning
+			}
+		case <-ctx.Done():
+			t.Fatalf("step a not Running on both objects within a minute; the AgentRun's statuses %v, the OrchestrationRun's step a %v", runSeen, stepSeen)
+		}
+	}
+	if want := []string{"/", "Running/Running"}; strings.Join(runSeen, " ") != strings.Join(want, " ") {
+		t.Errorf("the step's AgentRun went through %v, want %v", runSeen, want)
+	}
+	if len(stepSeen) != 2 || stepSeen[0] != "Pending: "+starting || !strings.HasPrefix(stepSeen[1], "Running: ") {
+		t.Errorf("the OrchestrationRun's step a went through %q, want Pending %q, then Running", stepSeen, starting)
+	}
+	if running.JobRef == nil || running.JobRef.Name != j.Name || running.JobRef.UID != string(j.UID) {
+		t.Errorf("Running records jobRef %+v, want Job %s uid %s", running.JobRef, j.Name, j.UID)
+	}
+	// The claim wrote the whole status, phase and run ID with the step: no write of them follows.
+	if firstWrite == nil || firstWrite.Phase != agentsv1alpha1.PhasePending || firstWrite.RunID == "" || len(firstWrite.StepStatuses) != 1 {
+		t.Errorf("the OrchestrationRun's first status write %+v, want Pending with its run ID and step a starting", firstWrite)
+	}
 }
 
 // A diamond: a, then b and c once a succeeded, then d once both did.
