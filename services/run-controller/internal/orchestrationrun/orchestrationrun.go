@@ -412,10 +412,11 @@ func stepStatuses(orch *orchv1alpha1.Orchestration, p progress, failed []string)
 			st = taken
 		} else if run, ok := p.starting[s.Name]; ok {
 			st = startingStep(s, run)
-		} else if ar := p.children[s.Name]; ar != nil && ar.Status.Phase == "" {
-			// A step run with no status yet says what its start claim wrote until its own first
-			// status, which, for a pod that runs promptly, is Running (the AgentRun reconciler's
-			// jobRefWait): no write of the OrchestrationRun's between.
+		} else if ar := p.children[s.Name]; ar != nil && (ar.Status.Phase == "" ||
+			ar.Status.Phase == agentsv1alpha1.PhasePending && ar.Status.Reason == reasons.JobCreated) {
+			// A step run with no status yet, or whose Job waits for its pod, says what its start
+			// claim wrote, until its pod runs (or it is held up, or finishes): no write of the
+			// OrchestrationRun's for the Job's creation.
 			st = startingStep(s, ar.Name)
 		} else if ar != nil {
 			st.Phase = ar.Status.Phase

@@ -189,15 +189,31 @@ func childExists(t *testing.T, ns, name string) bool {
 
 // TestAStepWhosePodRunsPromptlyGoesToRunningInOneWriteOfEach: a step's start is recorded once,
 // in the OrchestrationRun's status (the step Pending, "starting AgentRun ...; waiting for its pod
-// to run"); a step whose pod runs within the jobRef delay goes from no status to Running, jobRef
-// and all, with no Pending JobCreated write of its own and none of the OrchestrationRun's between
-// (no step entry that mirrors the run's empty status or its JobCreated). Every version of both
-// objects is watched, so a write between would be seen.
+// to run"), by the claim that also writes the rest of that status; a step whose pod runs within
+// the jobRef delay goes from no status to Running, jobRef and all, with no Pending JobCreated
+// write of its own, and the OrchestrationRun's step entry goes from the claim's to Running with no
+// write between (none that mirrors the run's empty status or its JobCreated). Every version of
+// both objects is watched, so a write between would be seen.
 func TestAStepWhosePodRunsPromptlyGoesToRunningInOneWriteOfEach(t *testing.T) {
+	// A delay no slow machine outlasts between the Job's creation and fakePodRunning.
+	stepToRunning(t, time.Minute, []string{"/", "Running/Running"})
+}
+
+// TestAStepWhosePodWaitsCostsItsOrchestrationRunNoWrite: a step whose pod has not run when the
+// jobRef delay ends is written Pending JobCreated with its jobRef, and its OrchestrationRun's
+// step entry still says what the claim wrote ("starting AgentRun ...; waiting for its pod to
+// run"): no write of the OrchestrationRun's until the pod runs.
+func TestAStepWhosePodWaitsCostsItsOrchestrationRunNoWrite(t *testing.T) {
+	stepToRunning(t, time.Nanosecond, []string{"/", "Pending/JobCreated", "Running/Running"})
+}
+
+// stepToRunning runs a one-step OrchestrationRun with the jobRef delay given, makes the step's
+// pod run once the step's run has the statuses of runWant but its last, and checks both objects'
+// statuses on the way to Running.
+func stepToRunning(t *testing.T, delay time.Duration, runWant []string) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
-	// A delay no slow machine outlasts between the Job's creation and fakePodRunning.
-	startController(t, ns, func(c *core.Config) { c.JobRefDelay = time.Minute })
+	startController(t, ns, func(c *core.Config) { c.JobRefDelay = delay })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	watch := func(gv schema.GroupVersion, resource string) <-chan watchapi.Event {
@@ -222,6 +238,14 @@ func TestAStepWhosePodRunsPromptlyGoesToRunningInOneWriteOfEach(t *testing.T) {
 		return nil
 	})
 	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "one-a"), "", 1))
+	if len(runWant) > 2 {
+		testenv.Eventually(t, 20*time.Second, "the step's run written Pending JobCreated", func() error {
+			if st := getRun(t, ns, "one-a").Status; st.Reason != reasons.JobCreated {
+				return fmt.Errorf("%s/%s", st.Phase, st.Reason)
+			}
+			return nil
+		})
+	}
 	fakePodRunning(t, j)
 
 	const starting = "starting AgentRun one-a; waiting for its pod to run"
@@ -270,8 +294,8 @@ func TestAStepWhosePodRunsPromptlyGoesToRunningInOneWriteOfEach(t *testing.T) {
 			t.Fatalf("step a not Running on both objects within a minute; the AgentRun's statuses %v, the OrchestrationRun's step a %v", runSeen, stepSeen)
 		}
 	}
-	if want := []string{"/", "Running/Running"}; strings.Join(runSeen, " ") != strings.Join(want, " ") {
-		t.Errorf("the step's AgentRun went through %v, want %v", runSeen, want)
+	if strings.Join(runSeen, " ") != strings.Join(runWant, " ") {
+		t.Errorf("the step's AgentRun went through %v, want %v", runSeen, runWant)
 	}
 	if len(stepSeen) != 2 || stepSeen[0] != "Pending: "+starting || !strings.HasPrefix(stepSeen[1], "Running: ") {
 		t.Errorf("the OrchestrationRun's step a went through %q, want Pending %q, then Running", stepSeen, starting)
