@@ -240,16 +240,6 @@ func Shorten(s string, n int) string {
 	return strings.TrimRight(s, "-.")
 }
 
-// StepRunName is the name of the AgentRun that runs step of the OrchestrationRun orName (UID
-// orUID): deterministic, so that a retry, and a step's own run, find it.
-func StepRunName(orName, orUID, step string) string {
-	n := orName + "-" + step
-	if len(n) <= 253 {
-		return strings.ToLower(n)
-	}
-	return Shorten(n, 240) + "-" + Hash8(orUID+"/"+step)
-}
-
 // LabelValue is s when it is a valid label value; longer names are cut and given a hash, so the
 // label still tells runs apart (the owner reference stays authoritative).
 func LabelValue(s string) string { return agentsv1alpha1.LabelValue(s) }

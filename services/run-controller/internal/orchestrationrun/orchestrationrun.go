@@ -222,9 +222,13 @@ func runningMessage(steps []orchv1alpha1.StepStatus) string {
 	return fmt.Sprintf("%d of %d steps succeeded; running: %s", done, len(steps), strings.Join(running, ", "))
 }
 
-// childName is the AgentRun name of a step (core.StepRunName).
+// childName is the AgentRun name of a step: deterministic, so a retry finds it.
 func childName(or *orchv1alpha1.OrchestrationRun, step string) string {
-	return core.StepRunName(or.Name, string(or.UID), step)
+	n := or.Name + "-" + step
+	if len(n) <= 253 {
+		return strings.ToLower(n)
+	}
+	return core.Shorten(n, 240) + "-" + core.Hash8(string(or.UID)+"/"+step)
 }
 
 // createChild creates a step's AgentRun, owned by the OrchestrationRun, after a start claim that
