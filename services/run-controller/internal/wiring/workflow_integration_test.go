@@ -251,7 +251,9 @@ func stepToRunning(t *testing.T, delay time.Duration, runWant []string) {
 	const starting = "starting AgentRun one-a; waiting for its pod to run"
 	var runSeen, stepSeen []string
 	var running *agentsv1alpha1.AgentRunStatus
-	var firstWrite *orchv1alpha1.OrchestrationRunStatus // the OrchestrationRun's first status: the step's start claim
+	// The OrchestrationRun's first status with a step in it: the step's start claim's. (A write
+	// before it is possible, should the run come before its Orchestration to the informers.)
+	var firstWrite *orchv1alpha1.OrchestrationRunStatus
 	stepRunning := false
 	for running == nil || !stepRunning {
 		select {
@@ -278,7 +280,7 @@ func stepToRunning(t *testing.T, delay time.Duration, runWant []string) {
 			if !isOrch {
 				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
 			}
-			if firstWrite == nil && ev.Type == watchapi.Modified {
+			if firstWrite == nil && len(or.Status.StepStatuses) > 0 {
 				firstWrite = or.Status.DeepCopy()
 			}
 			for _, s := range or.Status.StepStatuses {
