@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	"github.com/agentplane/agentplane/libs/kubeclient"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
@@ -32,17 +31,9 @@ func TestARunWhosePodRunsPromptlyGoesFromStartingToRunningInOneWrite(t *testing.
 	createAgent(t, ns, "codex", nil)
 	// A delay no slow machine outlasts between the Job's creation and fakePodRunning.
 	startController(t, ns, func(c *core.Config) { c.JobRefDelay = time.Minute })
-	rc, err := kubeclient.RESTClientFor(env.Config, agentsv1alpha1.GroupVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := rc.Get().Namespace(ns).Resource("agentruns").VersionedParams(&metav1.ListOptions{Watch: true}, metav1.ParameterCodec).Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	runs := watchAll(ctx, t, ns, agentsv1alpha1.GroupVersion, "agentruns")
 	create(t, "agentruns", ns, jobRun(ns, "prompt", "codex"))
 	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "prompt"), "", 1))
 	fakePodRunning(t, j)
@@ -51,15 +42,8 @@ func TestARunWhosePodRunsPromptlyGoesFromStartingToRunningInOneWrite(t *testing.
 	var running *agentsv1alpha1.AgentRunStatus
 	for running == nil {
 		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatalf("the watch ended; statuses so far: %v", seen)
-			}
-			ar, isRun := ev.Object.(*agentsv1alpha1.AgentRun)
-			if !isRun {
-				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
-			}
-			st := ar.Status
+		case ev, ok := <-runs:
+			st := watched[*agentsv1alpha1.AgentRun](t, ev, ok, seen).Status
 			if len(seen) > 0 && seen[len(seen)-1] == st.Phase+"/"+st.Reason {
 				continue // a write that left phase and reason as they were
 			}

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	watchapi "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
@@ -329,4 +331,34 @@ func metav1TypeMeta(kind string) metav1.TypeMeta {
 
 func objectMeta(ns, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: ns}
+}
+
+// watchAll watches every version of the objects of resource (group version gv) in ns from now
+// until ctx ends or the test does.
+func watchAll(ctx context.Context, t *testing.T, ns string, gv schema.GroupVersion, resource string) <-chan watchapi.Event {
+	t.Helper()
+	rc, err := kubeclient.RESTClientFor(env.Config, gv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rc.Get().Namespace(ns).Resource(resource).VersionedParams(&metav1.ListOptions{Watch: true}, metav1.ParameterCodec).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w.ResultChan()
+}
+
+// watched is the object of a watch event received with ok; the test fails when the watch ended
+// (soFar, what it saw until then, in the message) or sent something other than a T.
+func watched[T any](t *testing.T, ev watchapi.Event, ok bool, soFar any) T {
+	t.Helper()
+	if !ok {
+		t.Fatalf("the watch ended; so far: %v", soFar)
+	}
+	obj, is := ev.Object.(T)
+	if !is {
+		t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
+	}
+	return obj
 }

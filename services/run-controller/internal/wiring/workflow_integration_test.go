@@ -13,9 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	watchapi "k8s.io/apimachinery/pkg/watch"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
@@ -216,19 +214,8 @@ func stepToRunning(t *testing.T, delay time.Duration, runWant []string) {
 	startController(t, ns, func(c *core.Config) { c.JobRefDelay = delay })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	watch := func(gv schema.GroupVersion, resource string) <-chan watchapi.Event {
-		rc, err := kubeclient.RESTClientFor(env.Config, gv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := rc.Get().Namespace(ns).Resource(resource).VersionedParams(&metav1.ListOptions{Watch: true}, metav1.ParameterCodec).Watch(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		return w.ResultChan()
-	}
-	runs, orchRuns := watch(agentsv1alpha1.GroupVersion, "agentruns"), watch(orchv1alpha1.GroupVersion, "orchestrationruns")
+	runs := watchAll(ctx, t, ns, agentsv1alpha1.GroupVersion, "agentruns")
+	orchRuns := watchAll(ctx, t, ns, orchv1alpha1.GroupVersion, "orchestrationruns")
 	create(t, "orchestrations", ns, orchestration(ns, "single", step("a")))
 	create(t, "orchestrationruns", ns, orchRun(ns, "one", "single"))
 	testenv.Eventually(t, 20*time.Second, "step a's AgentRun", func() error {
@@ -258,14 +245,7 @@ func stepToRunning(t *testing.T, delay time.Duration, runWant []string) {
 	for running == nil || !stepRunning {
 		select {
 		case ev, ok := <-runs:
-			if !ok {
-				t.Fatalf("the AgentRun watch ended; statuses so far: %v", runSeen)
-			}
-			ar, isRun := ev.Object.(*agentsv1alpha1.AgentRun)
-			if !isRun {
-				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
-			}
-			st := ar.Status
+			st := watched[*agentsv1alpha1.AgentRun](t, ev, ok, runSeen).Status
 			if s := st.Phase + "/" + st.Reason; len(runSeen) == 0 || runSeen[len(runSeen)-1] != s {
 				runSeen = append(runSeen, s)
 			}
@@ -273,13 +253,7 @@ func stepToRunning(t *testing.T, delay time.Duration, runWant []string) {
 				running = &st
 			}
 		case ev, ok := <-orchRuns:
-			if !ok {
-				t.Fatalf("the OrchestrationRun watch ended; step a so far: %v", stepSeen)
-			}
-			or, isOrch := ev.Object.(*orchv1alpha1.OrchestrationRun)
-			if !isOrch {
-				t.Fatalf("watch event %s: %T %v", ev.Type, ev.Object, ev.Object)
-			}
+			or := watched[*orchv1alpha1.OrchestrationRun](t, ev, ok, stepSeen)
 			if firstWrite == nil && len(or.Status.StepStatuses) > 0 {
 				firstWrite = or.Status.DeepCopy()
 			}
