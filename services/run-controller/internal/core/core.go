@@ -66,7 +66,21 @@ type Core struct {
 	// warned remembers the last Warning reason emitted per object, so that a run waiting on the
 	// same problem does not emit on every reconcile.
 	warned map[string]string
+	// created holds the AgentRuns this process created that the AgentRun informer has not
+	// shown yet, by namespace/name (Created, Seen, RunOrCreated).
+	created map[string]createdRun
 }
+
+// createdRun is an AgentRun this process created, and when.
+type createdRun struct {
+	run *agentsv1alpha1.AgentRun
+	at  time.Time
+}
+
+// CreatedTTL is how long an AgentRun this process created stands in for the cache's: the
+// informer shows a new object well within it, and a created object it never shows (deleted
+// before its first event reached the informer) is looked for again after it.
+const CreatedTTL = time.Minute
 
 // New is a Core with empty informer maps and the real clock.
 func New(cfg Config, kube kubernetes.Interface, md metadata.Interface, client versioned.Interface,
@@ -76,7 +90,7 @@ func New(cfg Config, kube kubernetes.Interface, md metadata.Interface, client ve
 		Runs: map[string]cache.SharedIndexInformer{}, Agents: map[string]cache.SharedIndexInformer{},
 		OrchRuns: map[string]cache.SharedIndexInformer{}, Orchs: map[string]cache.SharedIndexInformer{},
 		Jobs: map[string]cache.SharedIndexInformer{}, Pods: map[string]cache.SharedIndexInformer{},
-		Now: time.Now, warned: map[string]string{},
+		Now: time.Now, warned: map[string]string{}, created: map[string]createdRun{},
 	}
 }
 
@@ -89,6 +103,51 @@ var ControllerOf = scaffold.ControllerOf
 // Run is the AgentRun ns/name in the cache.
 func (c *Core) Run(ns, name string) (*agentsv1alpha1.AgentRun, bool) {
 	return scaffold.Get[*agentsv1alpha1.AgentRun](c.Runs[ns], ns, name)
+}
+
+// Created records ar, which this process has just created (or found it had created): until
+// the AgentRun informer shows it (Seen) or CreatedTTL passes, RunOrCreated returns it where the
+// cache has nothing yet, so a reconcile woken before the informer caught up does not create it
+// again (a wasted start claim, create and GET per step on a busy API server).
+func (c *Core) Created(ar *agentsv1alpha1.AgentRun) {
+	now := c.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.created {
+		if now.Sub(e.at) >= CreatedTTL {
+			delete(c.created, k)
+		}
+	}
+	c.created[NsKey(ar.Namespace, ar.Name)] = createdRun{run: ar, at: now}
+}
+
+// Seen drops what Created recorded for the AgentRun ns/name: the informer has shown it (an
+// event for it reached the handlers, after the cache was updated), or its deletion.
+func (c *Core) Seen(ns, name string) {
+	c.mu.Lock()
+	delete(c.created, NsKey(ns, name))
+	c.mu.Unlock()
+}
+
+// RunOrCreated is the AgentRun ns/name in the cache or, while the cache has not shown it yet,
+// the one this process created (Created) less than CreatedTTL ago.
+func (c *Core) RunOrCreated(ns, name string) (*agentsv1alpha1.AgentRun, bool) {
+	if ar, ok := c.Run(ns, name); ok {
+		c.Seen(ns, name)
+		return ar, true
+	}
+	key := NsKey(ns, name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.created[key]
+	if !ok {
+		return nil, false
+	}
+	if c.Now().Sub(e.at) >= CreatedTTL {
+		delete(c.created, key)
+		return nil, false
+	}
+	return e.run, true
 }
 
 // Agent is the Agent ns/name in the cache.

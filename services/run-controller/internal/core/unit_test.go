@@ -6,6 +6,10 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/config"
@@ -75,5 +79,62 @@ func TestAProblemIsLoggedWithItsReasonAndNoSecret(t *testing.T) {
 	LogProblem(ctx, "OrchestrationRun", "ns/o", agentsv1alpha1.PhasePending, "Forbidden", "refused")
 	if !strings.Contains(buf.String(), `"msg":"OrchestrationRun waits"`) {
 		t.Errorf("a wait logged as %s", buf.String())
+	}
+}
+
+// A created AgentRun stands in for the cache's until the informer shows it or CreatedTTL
+// passes; the cache's own copy always wins.
+func TestACreatedRunStandsInUntilTheCacheShowsItOrItsTimeIsUp(t *testing.T) {
+	c := New(Config{}, nil, nil, nil, nil, nil, nil)
+	now := time.Unix(1_000_000, 0)
+	c.Now = func() time.Time { return now }
+	c.Runs["ns"] = cache.NewSharedIndexInformer(&cache.ListWatch{}, &agentsv1alpha1.AgentRun{}, 0, cache.Indexers{})
+	run := func(name, phase string) *agentsv1alpha1.AgentRun {
+		ar := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		ar.Status.Phase = phase
+		return ar
+	}
+	if _, ok := c.RunOrCreated("ns", "a"); ok {
+		t.Fatal("a run nobody created is found")
+	}
+	c.Created(run("a", ""))
+	c.Created(run("b", ""))
+	if ar, ok := c.RunOrCreated("ns", "a"); !ok || ar.Name != "a" {
+		t.Fatalf("the created run a is not found: %v %v", ar, ok)
+	}
+	// The cache shows a, newer: its copy wins, and the record goes.
+	if err := c.Runs["ns"].GetStore().Add(run("a", agentsv1alpha1.PhaseRunning)); err != nil {
+		t.Fatal(err)
+	}
+	if ar, ok := c.RunOrCreated("ns", "a"); !ok || ar.Status.Phase != agentsv1alpha1.PhaseRunning {
+		t.Fatalf("with a in the cache, found %v %v, want the cache's Running copy", ar, ok)
+	}
+	if err := c.Runs["ns"].GetStore().Delete(run("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.RunOrCreated("ns", "a"); ok {
+		t.Error("a, deleted from the cache after it showed there, is still found")
+	}
+	// Seen (the informer's event) drops b's record.
+	c.Seen("ns", "b")
+	if _, ok := c.RunOrCreated("ns", "b"); ok {
+		t.Error("b is found after the informer's event for it")
+	}
+	// A run the informer never shows stands in for CreatedTTL, no longer.
+	c.Created(run("c", ""))
+	now = now.Add(CreatedTTL - time.Second)
+	if _, ok := c.RunOrCreated("ns", "c"); !ok {
+		t.Error("c is not found before CreatedTTL has passed")
+	}
+	now = now.Add(time.Second)
+	if _, ok := c.RunOrCreated("ns", "c"); ok {
+		t.Error("c is still found once CreatedTTL has passed")
+	}
+	// Records past their time go when the next run is created.
+	c.Created(run("d", ""))
+	now = now.Add(CreatedTTL)
+	c.Created(run("e", ""))
+	if len(c.created) != 1 {
+		t.Errorf("%d records after d's time passed, want 1 (e)", len(c.created))
 	}
 }

@@ -101,11 +101,15 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 	return core.Result{}, c.WriteStatus(ctx, "OrchestrationRun", ns, name, string(or.UID), or.Generation, st.phase, st.reason, st.message, st.conds, fields)
 }
 
-// orchChildren are the run's step AgentRuns in the cache, by step name: those it controls.
+// orchChildren are the run's step AgentRuns in the cache, by step name: those it controls. A
+// step this process created that the cache does not show yet counts (Core.RunOrCreated): the
+// start claim's status write reaches the OrchestrationRun informer before the AgentRun
+// informer shows the create that followed it, and the pass it wakes must not start the step
+// again.
 func (c *Reconciler) orchChildren(or *orchv1alpha1.OrchestrationRun, orch *orchv1alpha1.Orchestration) map[string]*agentsv1alpha1.AgentRun {
 	children := map[string]*agentsv1alpha1.AgentRun{}
 	for _, s := range orch.Spec.Steps {
-		if ar, ok := c.Run(or.Namespace, childName(or, s.Name)); ok {
+		if ar, ok := c.RunOrCreated(or.Namespace, childName(or, s.Name)); ok {
 			if ref := core.ControllerOf(ar.OwnerReferences, "OrchestrationRun"); ref != nil && ref.UID == or.UID {
 				children[s.Name] = ar
 			}
@@ -288,6 +292,7 @@ func (c *Reconciler) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 	out, err := runs.Create(ctx, ar, metav1.CreateOptions{FieldManager: core.FieldManager})
 	switch {
 	case err == nil:
+		c.Created(out)
 		return out, nil
 	case apierrors.IsAlreadyExists(err):
 		out, err = runs.Get(ctx, ar.Name, metav1.GetOptions{})
@@ -298,6 +303,7 @@ func (c *Reconciler) createChild(ctx context.Context, or *orchv1alpha1.Orchestra
 			return nil, c.stopOrch(ctx, or, true, reasons.InvalidSpec, fmt.Sprintf(
 				"an AgentRun named %s already exists and is not this run's step %s: delete it or rename the run", ar.Name, s.Name))
 		}
+		c.Created(out)
 		return out, nil
 	case apierrors.IsForbidden(err):
 		return nil, c.stopOrch(ctx, or, false, reasons.Forbidden, fmt.Sprintf("creating AgentRun %s was refused: %s", ar.Name, core.APIMessage(err)))

@@ -135,6 +135,7 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) watch(ns string) {
 	c.ctl.Watch(c.Runs[ns], scaffold.Handler(func(ar *agentsv1alpha1.AgentRun, deleted bool) {
 		key := core.NsKey(ar.Namespace, ar.Name)
+		c.Seen(ar.Namespace, ar.Name)
 		c.runQ.Add(key)
 		c.runs.OnEvent(key, ar, deleted)
 		if ref := core.ControllerOf(ar.OwnerReferences, "OrchestrationRun"); ref != nil {
