@@ -73,6 +73,12 @@ func scaleTiers() []int {
 // (throughput_vs_plain, goal >= 0.9 at the largest tier) and its API requests per run over
 // theirs (api_req_vs_plain, goal <= 1.3).
 //
+// With AGENTPLANE_BENCH_PROFILES=DIR each tier also writes CPU and allocation profiles, as text
+// top frames (the profiler of bench_cpu_test.go): kube-apiserver's over the plain Jobs
+// (DIR/tN/plain), and kube-apiserver's and agentplane's services' over the runs through
+// agentplane (DIR/tN/agentplane); profiling costs each side a little CPU, so a profiled run's
+// figures are not the benchmark's.
+//
 // Every tier counts a run's whole life, its Job's deletion included: the stack runs with a Job
 // TTL of AGENTPLANE_BENCH_SCALE_JOB_TTL seconds (JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS; default 0,
 // a Job goes as soon as its result is recorded). With the default 600 s TTL a tier that drains in
@@ -88,7 +94,12 @@ func BenchmarkScaleRuns(b *testing.B) {
 		jobTTL = v
 	}
 	// The charts' default, no run archive (BenchmarkArchiveTenThousandRuns measures it).
-	dir, cfg := localStack(b, scaleOffset, 2000, "JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS="+jobTTL, "AGENTPLANE_ARCHIVE=0")
+	stackEnv := []string{"JANGAR_AGENT_RUNNER_JOB_TTL_SECONDS=" + jobTTL, "AGENTPLANE_ARCHIVE=0"}
+	profiles := os.Getenv("AGENTPLANE_BENCH_PROFILES")
+	if profiles != "" {
+		stackEnv = append(stackEnv, "JANGAR_DEBUG_PPROF=true")
+	}
+	dir, cfg := localStack(b, scaleOffset, 2000, stackEnv...)
 	// This benchmark's own API requests (creates, the final lists, reading /metrics), subtracted
 	// from the server's counts.
 	var ownReads, ownWrites atomic.Int64
@@ -151,7 +162,16 @@ func BenchmarkScaleRuns(b *testing.B) {
 		orchs := n / 10
 		total := n + orchs*5
 		name := fmt.Sprintf("t%d", n)
+		var prof *profiler
+		if profiles != "" {
+			prof = startProfiles(b, filepath.Join(profiles, name, "plain"), nil, kc) //nolint:contextcheck // each profile window has its own deadline
+		}
 		plain := plainJobs(b, kc, name, total, ownReads.Load, ownWrites.Load)
+		if prof != nil {
+			_ = prof.stop(b, 30) //nolint:contextcheck // the allocation profiles at the end have their own deadline
+			svc := metricsAddrs(scaleOffset, "run-controller", "status-writer", "event-emitter", "job-gc")
+			prof = startProfiles(b, filepath.Join(profiles, name, "agentplane"), svc, kc) //nolint:contextcheck // as above
+		}
 		before := scrapeScale(b, kc, pids)
 		reads0, writes0 := ownReads.Load(), ownWrites.Load()
 		stop := make(chan struct{})
@@ -194,6 +214,10 @@ func BenchmarkScaleRuns(b *testing.B) {
 			time.Sleep(2 * time.Second)
 		}
 		done := time.Since(start)
+		if prof != nil {
+			_ = prof.stop(b, 30) //nolint:contextcheck // as above
+			b.Logf("tier %d: profiles of both sides in %s", n, filepath.Join(profiles, name))
+		}
 		close(stop)
 		peak := <-peaks
 		after := scrapeScale(b, kc, pids)
