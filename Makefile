@@ -435,8 +435,8 @@ bench-profile: tools build ## Profile, at HEAD, each benchmark that missed a goa
 	@hack/bench-profile.sh
 
 .PHONY: bench-report
-bench-report: ## Copy the newest .bench/ run (or BENCH_RUN=dir; its results, and its logs less their INFO lines) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
-	@run="$(or $(BENCH_RUN),$$(ls -d .bench/*/ 2>/dev/null | sort | tail -1))"; \
+bench-report: ## Copy the newest make bench run in .bench/ (or BENCH_RUN=dir; its results, and its logs less their INFO lines) to docs/bench-results/ and generate docs/benchmarks.md's latest-run section from it.
+	@run="$(or $(BENCH_RUN),$$(ls -d .bench/[0-9]*Z-*/ 2>/dev/null | sort | tail -1))"; \
 	  [ -n "$$run" ] || { echo "no benchmark results in .bench/: run make bench first" >&2; exit 1; }; \
 	  rm -rf docs/bench-results && mkdir -p docs/bench-results && cp "$${run%/}"/*.txt docs/bench-results/ && \
 	  for log in "$${run%/}"/*.log; do grep -Ev '^[0-9/]{10} [0-9:]{8} INFO |^I[0-9]{4} ' "$$log" > docs/bench-results/$$(basename "$$log") || true; done && \
