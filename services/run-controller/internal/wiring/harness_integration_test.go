@@ -88,14 +88,7 @@ func startController(t *testing.T, ns string, mod func(*core.Config)) *Controlle
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := statusclient.New(swAddr, "run-controller", statusclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := eventclient.New(evAddr, "run-controller", "test", eventclient.Options{RetryFor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sw, ev := writerClients(t)
 	c, err := New(cfg, Deps{Kube: kc, Metadata: md, REST: &rc, Status: sw, Events: ev})
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +104,25 @@ func startController(t *testing.T, ns string, mod func(*core.Config)) *Controlle
 		if err := <-done; err != nil {
 			t.Errorf("controller: %v", err)
 		}
-		sw.Close()
-		ev.Close()
 	})
 	return c
+}
+
+// writerClients are the controller's clients of the test's status-writer and event-emitter,
+// closed when the test ends (after whatever the test stops in its own cleanups).
+func writerClients(t *testing.T) (*statusclient.Client, *eventclient.Client) {
+	t.Helper()
+	sw, err := statusclient.New(swAddr, "run-controller", statusclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sw.Close() })
+	ev, err := eventclient.New(evAddr, "run-controller", "test", eventclient.Options{RetryFor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ev.Close() })
+	return sw, ev
 }
 
 // reconciles holds each started controller's record of its reconciles.

@@ -6,7 +6,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,38 +19,10 @@ import (
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
-	"github.com/agentplane/agentplane/libs/eventclient"
-	"github.com/agentplane/agentplane/libs/statusclient"
+	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/core"
 	"github.com/agentplane/agentplane/services/run-controller/internal/orchestrationrun"
 )
-
-// requestCounter counts the requests that pass through it, by method and path.
-type requestCounter struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	seen map[string]int
-}
-
-func (r *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.mu.Lock()
-	r.seen[req.Method+" "+req.URL.Path]++
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-// count is how many requests of method went to a path ending in suffix.
-func (r *requestCounter) count(method, suffix string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for k, v := range r.seen {
-		if strings.HasPrefix(k, method+" ") && strings.HasSuffix(k, suffix) {
-			n += v
-		}
-	}
-	return n
-}
 
 // TestAStepTheCacheDoesNotShowYetIsNotStartedAgain: the start claim writes the
 // OrchestrationRun's status before the step's AgentRun is created, so on a busy API server the
@@ -65,31 +37,25 @@ func TestAStepTheCacheDoesNotShowYetIsNotStartedAgain(t *testing.T) {
 	create(t, "orchestrations", ns, orchestration(ns, "pair", step("a"), step("b")))
 	create(t, "orchestrationruns", ns, orchRun(ns, "lag", "pair"))
 
-	rc := *env.Config
-	counter := &requestCounter{seen: map[string]int{}}
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	client, err := versioned.NewForConfig(&rc)
+	// The reconciler's creates of AgentRuns, and its GETs of the steps' AgentRuns.
+	var creates atomic.Int64
+	rc := testenv.CountRequests(env.Config, &creates, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/agentruns")
+	})
+	rc, gets := testenv.CountObjectGets(rc, "agentruns", ns)
+	client, err := versioned.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube, err := kubernetes.NewForConfig(&rc)
+	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := metadata.NewForConfig(&rc)
+	md, err := metadata.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := statusclient.New(swAddr, "run-controller", statusclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sw.Close()
-	ev, err := eventclient.New(evAddr, "run-controller", "test", eventclient.Options{RetryFor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Close()
+	sw, ev := writerClients(t)
 	c := core.New(core.Config{Namespaces: []string{ns}, Workers: 1}, kube, md, client, sw, ev, core.NewMetrics(prometheus.NewRegistry()))
 	now := time.Now()
 	c.Now = func() time.Time { return now }
@@ -120,7 +86,7 @@ func TestAStepTheCacheDoesNotShowYetIsNotStartedAgain(t *testing.T) {
 	}
 
 	pass() // claims and creates both steps
-	if n := counter.count(http.MethodPost, "/agentruns"); n != 2 {
+	if n := creates.Load(); n != 2 {
 		t.Fatalf("the first pass created %d AgentRuns, want 2 (steps a and b)", n)
 	}
 	claimed := getOrchRun(t, ns, "lag")
@@ -131,10 +97,10 @@ func TestAStepTheCacheDoesNotShowYetIsNotStartedAgain(t *testing.T) {
 	// The claims' status reached the OrchestrationRun informer; the children have not reached
 	// the AgentRun informer.
 	pass()
-	if n := counter.count(http.MethodPost, "/agentruns"); n != 2 {
+	if n := creates.Load(); n != 2 {
 		t.Errorf("a pass woken before the AgentRun cache showed the steps created them again: %d creates in all, want 2", n)
 	}
-	if n := counter.count(http.MethodGet, "/agentruns/lag-a") + counter.count(http.MethodGet, "/agentruns/lag-b"); n != 0 {
+	if n := gets[ns].Load(); n != 0 {
 		t.Errorf("%d GETs of the steps' AgentRuns, want 0", n)
 	}
 	if got := getOrchRun(t, ns, "lag"); got.ResourceVersion != claimed.ResourceVersion {
@@ -148,11 +114,11 @@ func TestAStepTheCacheDoesNotShowYetIsNotStartedAgain(t *testing.T) {
 	c.Seen(ns, "lag-a")
 	now = now.Add(core.CreatedTTL)
 	pass()
-	if n := counter.count(http.MethodPost, "/agentruns"); n != 3 {
+	if n := creates.Load(); n != 3 {
 		t.Errorf("past CreatedTTL with step b still not in the cache: %d creates in all, want 3 (b looked for again, a not)", n)
 	}
-	if n := counter.count(http.MethodGet, "/agentruns/lag-b"); n != 1 {
-		t.Errorf("%d GETs of lag-b after its create was refused as existing, want 1", n)
+	if n := gets[ns].Load(); n != 1 {
+		t.Errorf("%d GETs of the steps' AgentRuns in all, want 1 (lag-b's, after its create was refused as existing)", n)
 	}
 }
 
