@@ -145,3 +145,42 @@ func scriptInClone(t *testing.T, script string, env ...string) (string, func() (
 		return string(out), err
 	}
 }
+
+// TestBenchReportReadsTheNewestBenchRunNotAProfileDirectory: `make bench-report` copies the
+// newest `make bench` run (.bench/<time>Z-<commit>/) to docs/bench-results/; the profiles that
+// `make bench-profile` and bench-scale's AGENTPLANE_BENCH_PROFILES write under .bench/ sort
+// after every run and are never taken for one.
+func TestBenchReportReadsTheNewestBenchRunNotAProfileDirectory(t *testing.T) {
+	clone, _ := scriptInClone(t, "bench.sh")
+	write := func(path, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil { //nolint:gosec // G306: test data
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(clone, ".bench", "20261201T000000Z-aaaaaaa", "integration.txt"), "the older run\n")
+	write(filepath.Join(clone, ".bench", "20261207T084834Z-bbbbbbb", "integration.txt"), "the newest run\n")
+	write(filepath.Join(clone, ".bench", "profiles-scale-ccccccc", "t1000-top.txt"), "a profile\n")
+	bin := t.TempDir()
+	// A go that does nothing: benchreport's generation is not what this test checks.
+	write(filepath.Join(bin, "go"), "#!/bin/sh\nexit 0\n")
+	if err := os.Chmod(filepath.Join(bin, "go"), 0o755); err != nil { //nolint:gosec // G302: a stub
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(context.Background(), "make", "-C", clone, "bench-report")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make bench-report: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(clone, "docs", "bench-results", "integration.txt"))
+	if string(got) != "the newest run\n" {
+		t.Errorf("docs/bench-results/integration.txt says %q (%v), want the newest run's\n%s", got, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(clone, "docs", "bench-results", "t1000-top.txt")); err == nil {
+		t.Errorf("a profile directory's file was copied as a run's result\n%s", out)
+	}
+}
