@@ -61,7 +61,7 @@ current-context: c
 	if got := list(svc, "service"); got == "gzip" {
 		t.Errorf("a service's request asked for gzip (Accept-Encoding %q)", got)
 	}
-	plain, err := RESTConfig(kubeconfig, "agentctl")
+	plain, err := RESTConfig(kubeconfig, "not-a-service")
 	if err != nil {
 		t.Fatal(err)
 	}
