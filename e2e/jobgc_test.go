@@ -294,5 +294,8 @@ func TestJobResultsSurviveTTLZero(t *testing.T) {
 		if lost+plain["Succeeded/Completed"] != runs {
 			t.Errorf("runs ended neither Succeeded nor WorkflowJobMissing: %v", plain)
 		}
+		if lost == 0 {
+			t.Errorf("without the finalizer no result was lost (%v): the outage should let Job TTL 0 delete Jobs before run-controller read them", plain)
+		}
 	})
 }

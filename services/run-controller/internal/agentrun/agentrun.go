@@ -41,6 +41,8 @@ type Reconciler struct {
 	limits *admission
 	// enqueue adds an AgentRun's key to the AgentRun queue (a freed slot wakes queued runs).
 	enqueue func(key string)
+	// gone remembers Jobs deleted before their run recorded them (JobDeleted).
+	gone goneJobs
 }
 
 // New is the AgentRun reconciler on c; enqueue adds a key to the AgentRun queue.
@@ -221,6 +223,14 @@ func (c *Reconciler) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 			// second Job would run the agent twice.
 			return core.Result{}, nil
 		}
+		if gone, ok := c.goneJob(ar.Namespace, JobName(ar, "", 1)); ok {
+			// Created, then deleted before the run recorded it: recorded now, never replaced.
+			if err := c.setRunStatus(ctx, ar, goneJobStatus(gone)); err != nil {
+				return core.Result{}, err
+			}
+			c.forgetGoneJob(ar.Namespace, gone.Name)
+			return core.Result{}, nil
+		}
 		agent, p := c.prepare(ctx, ar)
 		if p != nil {
 			return core.Result{}, c.stop(ctx, ar, p)
@@ -257,11 +267,13 @@ func (c *Reconciler) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 // already recorded: by its own start claim (Starting), or, for an OrchestrationRun's step, by the
 // OrchestrationRun's (the step Pending, "starting AgentRun ...; waiting for its pod to run"). It
 // is 0 when st is to be written now, as it is unless it is the Pending JobCreated status that only
-// adds the jobRef, and the Job is younger than delay (Config.JobRefDelay). The run's cached
+// adds the jobRef, and the Job, not being deleted, is younger than delay (Config.JobRefDelay). The run's cached
 // status is not what decides: the reconcile that claimed, and one woken by the Job's creation
 // before the claim's own update arrived, hold the run as it was before the claim.
 func jobRefWait(ar *agentsv1alpha1.AgentRun, job *batchv1.Job, st runStatus, delay time.Duration, now time.Time) time.Duration {
-	if st.phase != agentsv1alpha1.PhasePending || st.reason != reasons.JobCreated || ar.Status.JobRef != nil {
+	if st.phase != agentsv1alpha1.PhasePending || st.reason != reasons.JobCreated || ar.Status.JobRef != nil || job.DeletionTimestamp != nil {
+		// A Job being deleted never runs the pod the delay waits for; recorded now, its
+		// deletion is reported (job-gc), not answered with a second Job once it is gone.
 		return 0
 	}
 	left := delay - now.Sub(job.CreationTimestamp.Time)

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
@@ -233,7 +235,8 @@ func TestJobsCarryWhatARealNodeNeeds(t *testing.T) {
 
 // TestOnlyTheJobRefOfAYoungJobWaits: the Pending JobCreated write that only adds the jobRef waits
 // until the Job is delay old, for a run of its own and for an OrchestrationRun's step (whose start
-// the OrchestrationRun's status records); every other status is written at once.
+// the OrchestrationRun's status records); every other status, and the jobRef of a Job being
+// deleted, is written at once.
 func TestOnlyTheJobRefOfAYoungJobWaits(t *testing.T) {
 	now := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
 	delay := 5 * time.Second
@@ -268,5 +271,65 @@ func TestOnlyTheJobRefOfAYoungJobWaits(t *testing.T) {
 				t.Fatalf("wait %v, want %v", got, tc.want)
 			}
 		})
+	}
+	for _, ar := range []*agentsv1alpha1.AgentRun{run, step} {
+		deleting := job(2 * time.Second)
+		deleting.DeletionTimestamp = &metav1.Time{Time: now}
+		if got := jobRefWait(ar, deleting, pending, delay, now); got != 0 {
+			t.Errorf("the jobRef of a young Job being deleted waits %v (run owned by %v); want it written at once", got, ar.OwnerReferences)
+		}
+	}
+}
+
+// A deleted Job is remembered only where its run would otherwise create a second: the run's
+// job-runtime Job, the run not finished and without a jobRef; and only for GoneJobTTL.
+func TestADeletedJobIsRememberedOnlyWhereItsRunHasNotRecordedIt(t *testing.T) {
+	c := New(core.New(core.Config{}, nil, nil, nil, nil, nil, nil), func(string) {})
+	now := time.Unix(1_000_000, 0)
+	c.Now = func() time.Time { return now }
+	c.Runs["ns"] = cache.NewSharedIndexInformer(&cache.ListWatch{}, &agentsv1alpha1.AgentRun{}, 0, cache.Indexers{})
+	run := func(name string, edit func(*agentsv1alpha1.AgentRun)) *agentsv1alpha1.AgentRun {
+		ar := &agentsv1alpha1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Spec: agentsv1alpha1.AgentRunSpec{Runtime: agentsv1alpha1.RuntimeSpec{Type: agentsv1alpha1.RuntimeJob}}}
+		ar.Status.Phase, ar.Status.Reason = agentsv1alpha1.PhasePending, "Starting"
+		if edit != nil {
+			edit(ar)
+		}
+		if err := c.Runs["ns"].GetStore().Add(ar); err != nil {
+			t.Fatal(err)
+		}
+		return ar
+	}
+	jobOf := func(ar *agentsv1alpha1.AgentRun, step string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: JobName(ar, step, 1), UID: types.UID("job-" + ar.Name),
+			OwnerReferences: []metav1.OwnerReference{{Kind: "AgentRun", Name: ar.Name, UID: ar.UID, Controller: ptr.To(true)}}}}
+	}
+	starting := run("starting", nil)
+	recorded := run("recorded", func(ar *agentsv1alpha1.AgentRun) { ar.Status.JobRef = &agentsv1alpha1.JobRef{Name: "x"} })
+	finished := run("finished", func(ar *agentsv1alpha1.AgentRun) { ar.Status.Phase = agentsv1alpha1.PhaseSucceeded })
+	workflow := run("workflow", func(ar *agentsv1alpha1.AgentRun) { ar.Spec.Runtime.Type = agentsv1alpha1.RuntimeWorkflow })
+	replaced := run("replaced", nil)
+	for _, j := range []*batchv1.Job{jobOf(starting, ""), jobOf(recorded, ""), jobOf(finished, ""), jobOf(workflow, "s1"), jobOf(starting, "s1")} {
+		c.JobDeleted(j)
+	}
+	old := jobOf(replaced, "")
+	old.OwnerReferences[0].UID = "uid-an-earlier-run-of-that-name"
+	c.JobDeleted(old)
+	if j, ok := c.goneJob("ns", JobName(starting, "", 1)); !ok || j.UID != "job-starting" {
+		t.Fatalf("the Job of a run without a jobRef is not remembered: %v %v", j, ok)
+	}
+	for _, ar := range []*agentsv1alpha1.AgentRun{recorded, finished, replaced} {
+		if _, ok := c.goneJob("ns", JobName(ar, "", 1)); ok {
+			t.Errorf("the deleted Job of run %s is remembered", ar.Name)
+		}
+	}
+	for _, ar := range []*agentsv1alpha1.AgentRun{workflow, starting} {
+		if _, ok := c.goneJob("ns", JobName(ar, "s1", 1)); ok {
+			t.Errorf("the deleted step Job of run %s is remembered", ar.Name)
+		}
+	}
+	now = now.Add(GoneJobTTL)
+	if _, ok := c.goneJob("ns", JobName(starting, "", 1)); ok {
+		t.Error("a deleted Job is remembered past GoneJobTTL")
 	}
 }

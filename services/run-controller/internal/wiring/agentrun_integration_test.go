@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/reasons"
@@ -66,6 +67,56 @@ func TestARunWhosePodRunsPromptlyGoesFromStartingToRunningInOneWrite(t *testing.
 	}
 	if running.JobRef == nil || running.JobRef.Name != j.Name || running.JobRef.UID != string(j.UID) {
 		t.Errorf("Running records jobRef %+v, want Job %s uid %s", running.JobRef, j.Name, j.UID)
+	}
+}
+
+// TestAJobDeletedBeforeItsRunRecordedItIsNotReplaced: a Job deleted while its run still says
+// Starting (no jobRef: the pod has not run, the jobRef delay has not passed) is recorded in the
+// run's jobRef, not answered with a second Job once it is gone: at once while the job-result
+// finalizer holds it (then released by hand, as agentctl jobs release-holds does), and from the
+// deletion's event without the finalizer. The jobRef delay is a minute, so only that records it.
+func TestAJobDeletedBeforeItsRunRecordedItIsNotReplaced(t *testing.T) {
+	for _, finalizer := range []bool{true, false} {
+		t.Run(fmt.Sprintf("job-result finalizer %v", finalizer), func(t *testing.T) {
+			ns := namespace(t)
+			createAgent(t, ns, "codex", nil)
+			startController(t, ns, func(c *core.Config) { c.JobRefDelay, c.JobFinalizer = time.Minute, finalizer })
+			ctx := context.Background()
+			create(t, "agentruns", ns, jobRun(ns, "deleted", "codex"))
+			j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "deleted"), "", 1))
+			bg := metav1.DeletePropagationBackground
+			if err := kc.BatchV1().Jobs(ns).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+				t.Fatal(err)
+			}
+			recorded := func() error {
+				st := getRun(t, ns, "deleted").Status
+				if st.JobRef == nil || st.JobRef.UID != string(j.UID) {
+					return fmt.Errorf("jobRef %+v, want the deleted Job's (uid %s); status %s/%s", st.JobRef, j.UID, st.Phase, st.Reason)
+				}
+				return nil
+			}
+			if finalizer {
+				testenv.Eventually(t, 20*time.Second, "the held Job being deleted recorded in jobRef", recorded)
+				patch := []byte(`[{"op":"test","path":"/metadata/finalizers","value":["` + agentsv1alpha1.FinalizerJobResult + `"]},{"op":"remove","path":"/metadata/finalizers"}]`)
+				if _, err := kc.BatchV1().Jobs(ns).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testenv.Eventually(t, 20*time.Second, "the deleted Job gone and recorded in jobRef", func() error {
+				if live, err := kc.BatchV1().Jobs(ns).Get(ctx, j.Name, metav1.GetOptions{}); err == nil {
+					return fmt.Errorf("Job %s there (uid %s, the deleted one %s)", live.Name, live.UID, j.UID)
+				}
+				return recorded()
+			})
+			// Once the jobRef is recorded the run never creates a Job again; one created before it
+			// would have the same name and a new UID.
+			if jobs := jobsIn(t, ns); len(jobs) != 0 {
+				t.Errorf("a second Job for the run: %s (uid %s)", jobs[0].Name, jobs[0].UID)
+			}
+			if ar := getRun(t, ns, "deleted"); ar.Status.Phase != agentsv1alpha1.PhasePending {
+				t.Errorf("status %s/%s %q; want Pending with the jobRef (job-gc reports the Job missing)", ar.Status.Phase, ar.Status.Reason, ar.Status.Message)
+			}
+		})
 	}
 }
 

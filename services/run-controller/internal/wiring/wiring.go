@@ -154,7 +154,12 @@ func (c *Controller) watch(ns string) {
 			c.runQ.Add(core.NsKey(j.Namespace, ref.Name))
 		}
 	}
-	c.ctl.Watch(c.Jobs[ns], scaffold.Handler(func(j *batchv1.Job, _ bool) { onJob(j) }))
+	c.ctl.Watch(c.Jobs[ns], scaffold.Handler(func(j *batchv1.Job, deleted bool) {
+		if deleted {
+			c.runs.JobDeleted(j)
+		}
+		onJob(j)
+	}))
 	c.ctl.Watch(c.Pods[ns], scaffold.Handler(func(p *corev1.Pod, deleted bool) {
 		run := p.Labels[agentsv1alpha1.LabelAgentRun]
 		if deleted || run == "" {
