@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -280,6 +281,7 @@ func BenchmarkScaleRuns(b *testing.B) {
 			n, total, plain.done.Round(time.Second), float64(total)/plain.done.Seconds(), plain.reads, plain.writes, throughput, reqRatio)
 		b.Logf("tier %d: most reads (verb resource count, this benchmark's own included): %s", n, topReads(before, after))
 		b.Logf("tier %d: most writes per run (verb resource/subresource, this benchmark's own included): %s", n, topWritesPerRun(before, after, total))
+		b.Logf("tier %d: events per run (reporter kind reason: occurrences): %s", n, eventsPerRun(b, kc, ns, name+"-", total))
 		var gets []string
 		for _, svc := range []string{"run-controller", "job-gc", "status-writer", "event-emitter"} {
 			gets = append(gets, fmt.Sprintf("%s %.0f", svc, after["gets_"+svc]-before["gets_"+svc]))
@@ -531,10 +533,38 @@ func plainJobs(b *testing.B, kc kubernetes.Interface, tier string, total int, ow
 	done := time.Since(start)
 	after := scrapeScale(b, kc, nil)
 	b.Logf("tier %s baseline: most writes per Job (verb resource/subresource, this benchmark's own included): %s", tier, topWritesPerRun(before, after, total))
+	b.Logf("tier %s baseline: events per Job (reporter kind reason: occurrences): %s", tier, eventsPerRun(b, kc, ns, "plain-"+tier+"-", total))
 	return plainResult{done: done,
 		reads:  (after["api_reads"] - before["api_reads"] - float64(ownReads()-r0)) / float64(total),
 		writes: (after["api_writes"] - before["api_writes"] - float64(ownWrites()-w0)) / float64(total),
 	}
+}
+
+// eventsPerRun lists the events of namespace ns about objects whose names start with prefix
+// (one side of a tier: its runs, Jobs, pods and OrchestrationRuns), and sums their occurrences
+// (an aggregated event's count, a series' count) per run by reporter, the involved object's kind
+// and reason, largest first: where a side's event writes come from.
+func eventsPerRun(b *testing.B, kc kubernetes.Interface, ns, prefix string, runs int) string {
+	b.Helper()
+	l, err := kc.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	per := map[string]float64{}
+	total := 0.0
+	for _, ev := range l.Items {
+		if !strings.HasPrefix(ev.InvolvedObject.Name, prefix) {
+			continue
+		}
+		n := max(ev.Count, 1)
+		if ev.Series != nil {
+			n = max(ev.Series.Count, n)
+		}
+		who := cmp.Or(ev.ReportingController, ev.Source.Component, "?")
+		per["ev "+who+" "+ev.InvolvedObject.Kind+" "+ev.Reason] += float64(n) / float64(runs)
+		total += float64(n) / float64(runs)
+	}
+	return fmt.Sprintf("%.2f in all; ", total) + top(map[string]float64{}, per, "ev ", len(per), "%.2f")
 }
 
 // jobsAndPods counts the Jobs and pods of namespace ns that selector matches (every one for ""):
