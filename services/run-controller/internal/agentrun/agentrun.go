@@ -272,8 +272,8 @@ func (c *Reconciler) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 // before the claim's own update arrived, hold the run as it was before the claim.
 func jobRefWait(ar *agentsv1alpha1.AgentRun, job *batchv1.Job, st runStatus, delay time.Duration, now time.Time) time.Duration {
 	if st.phase != agentsv1alpha1.PhasePending || st.reason != reasons.JobCreated || ar.Status.JobRef != nil || job.DeletionTimestamp != nil {
-		// A Job being deleted never runs the pod the delay waits for; recorded now, its
-		// deletion is reported (job-gc), not answered with a second Job once it is gone.
+		// A Job being deleted is not worth waiting for a pod of: recorded now, its deletion is
+		// reported (job-gc), not answered with a second Job once it is gone.
 		return 0
 	}
 	left := delay - now.Sub(job.CreationTimestamp.Time)
