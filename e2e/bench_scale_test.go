@@ -282,6 +282,7 @@ func BenchmarkScaleRuns(b *testing.B) {
 		b.Logf("tier %d: most reads (verb resource count, this benchmark's own included): %s", n, topReads(before, after))
 		b.Logf("tier %d: most writes per run (verb resource/subresource, this benchmark's own included): %s", n, topWritesPerRun(before, after, total))
 		b.Logf("tier %d: events per run (reporter kind reason: occurrences): %s", n, eventsPerRun(b, kc, ns, name+"-", total))
+		b.Logf("tier %d: writes answered with an error (verb resource/subresource code: count): %s", n, top(before, after, "refused ", 20, "%.0f"))
 		var gets []string
 		for _, svc := range []string{"run-controller", "job-gc", "status-writer", "event-emitter"} {
 			gets = append(gets, fmt.Sprintf("%s %.0f", svc, after["gets_"+svc]-before["gets_"+svc]))
@@ -356,6 +357,9 @@ func scrapeScale(b *testing.B, kc kubernetes.Interface, pids map[string]int) map
 		default:
 			m["api_writes"] += num(l)
 			m["writes "+label(l, "verb")+" "+label(l, "resource")+"/"+label(l, "subresource")] += num(l)
+			if code := label(l, "code"); !strings.HasPrefix(code, "2") {
+				m["refused "+label(l, "verb")+" "+label(l, "resource")+"/"+label(l, "subresource")+" "+code] += num(l)
+			}
 		}
 	}
 	for _, svc := range []string{"run-controller", "status-writer", "event-emitter", "job-gc"} {
@@ -534,6 +538,7 @@ func plainJobs(b *testing.B, kc kubernetes.Interface, tier string, total int, ow
 	after := scrapeScale(b, kc, nil)
 	b.Logf("tier %s baseline: most writes per Job (verb resource/subresource, this benchmark's own included): %s", tier, topWritesPerRun(before, after, total))
 	b.Logf("tier %s baseline: events per Job (reporter kind reason: occurrences): %s", tier, eventsPerRun(b, kc, ns, "plain-"+tier+"-", total))
+	b.Logf("tier %s baseline: writes answered with an error (verb resource/subresource code: count): %s", tier, top(before, after, "refused ", 20, "%.0f"))
 	return plainResult{done: done,
 		reads:  (after["api_reads"] - before["api_reads"] - float64(ownReads()-r0)) / float64(total),
 		writes: (after["api_writes"] - before["api_writes"] - float64(ownWrites()-w0)) / float64(total),
