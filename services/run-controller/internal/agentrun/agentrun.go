@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	scaffold "github.com/agentplane/agentplane/libs/controller"
@@ -41,13 +42,17 @@ type Reconciler struct {
 	limits *admission
 	// enqueue adds an AgentRun's key to the AgentRun queue (a freed slot wakes queued runs).
 	enqueue func(key string)
-	// gone remembers Jobs deleted before their run recorded them (JobDeleted).
-	gone goneJobs
+	// gone remembers the Jobs of job-runtime runs deleted before their run recorded them in
+	// jobRef, by namespace/Job name (JobDeleted): the start claim said Starting, the pod had not
+	// run, and the jobRef waited for the jobRef delay. Without it the run's next reconcile finds
+	// neither a Job nor a jobRef, takes the run for one whose Job was never created, and
+	// creates a second.
+	gone *utilcache.Expiring
 }
 
 // New is the AgentRun reconciler on c; enqueue adds a key to the AgentRun queue.
 func New(c *core.Core, enqueue func(key string)) *Reconciler {
-	r := &Reconciler{Core: c, enqueue: enqueue}
+	r := &Reconciler{Core: c, enqueue: enqueue, gone: c.NewExpiring()}
 	r.limits = newAdmission(c.Cfg.Limits, r.notStartedRuns)
 	return r
 }
@@ -228,7 +233,7 @@ func (c *Reconciler) reconcileJobRun(ctx context.Context, ar *agentsv1alpha1.Age
 			if err := c.setRunStatus(ctx, ar, goneJobStatus(gone)); err != nil {
 				return core.Result{}, err
 			}
-			c.forgetGoneJob(ar.Namespace, gone.Name)
+			c.gone.Delete(core.NsKey(ar.Namespace, gone.Name))
 			return core.Result{}, nil
 		}
 		agent, p := c.prepare(ctx, ar)

@@ -18,9 +18,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
@@ -67,14 +69,8 @@ type Core struct {
 	// same problem does not emit on every reconcile.
 	warned map[string]string
 	// created holds the AgentRuns this process created that the AgentRun informer has not
-	// shown yet, by namespace/name (Created, Seen, RunOrCreated).
-	created map[string]createdRun
-}
-
-// createdRun is an AgentRun this process created, and when.
-type createdRun struct {
-	run *agentsv1alpha1.AgentRun
-	at  time.Time
+	// shown yet, by namespace/name, for CreatedTTL (Created, Seen, RunOrCreated).
+	created *utilcache.Expiring
 }
 
 // CreatedTTL is how long an AgentRun this process created stands in for the cache's: the
@@ -85,14 +81,30 @@ const CreatedTTL = time.Minute
 // New is a Core with empty informer maps and the real clock.
 func New(cfg Config, kube kubernetes.Interface, md metadata.Interface, client versioned.Interface,
 	status statusclient.Writer, events eventclient.Emitter, m *Metrics) *Core {
-	return &Core{
+	c := &Core{
 		Cfg: cfg, Kube: kube, Metadata: md, Client: client, Status: status, Events: events, Metrics: m,
 		Runs: map[string]cache.SharedIndexInformer{}, Agents: map[string]cache.SharedIndexInformer{},
 		OrchRuns: map[string]cache.SharedIndexInformer{}, Orchs: map[string]cache.SharedIndexInformer{},
 		Jobs: map[string]cache.SharedIndexInformer{}, Pods: map[string]cache.SharedIndexInformer{},
-		Now: time.Now, warned: map[string]string{}, created: map[string]createdRun{},
+		Now: time.Now, warned: map[string]string{},
 	}
+	c.created = c.NewExpiring()
+	return c
 }
+
+// NewExpiring is an expiring map on the Core's clock (Now, which tests move): what the
+// controller remembers for a while of what its caches do not show yet.
+func (c *Core) NewExpiring() *utilcache.Expiring {
+	return utilcache.NewExpiringWithClock(nowClock{now: func() time.Time { return c.Now() }})
+}
+
+// nowClock is the clock of an expiring map: the Core's Now (the map reads nothing else).
+type nowClock struct {
+	clock.RealClock
+	now func() time.Time
+}
+
+func (n nowClock) Now() time.Time { return n.now() }
 
 // NsKey is the namespace/name key of an object.
 func NsKey(ns, name string) string { return ns + "/" + name }
@@ -110,24 +122,12 @@ func (c *Core) Run(ns, name string) (*agentsv1alpha1.AgentRun, bool) {
 // cache has nothing yet, so a reconcile woken before the informer caught up does not create it
 // again (a wasted start claim, create and GET per step on a busy API server).
 func (c *Core) Created(ar *agentsv1alpha1.AgentRun) {
-	now := c.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, e := range c.created {
-		if now.Sub(e.at) >= CreatedTTL {
-			delete(c.created, k)
-		}
-	}
-	c.created[NsKey(ar.Namespace, ar.Name)] = createdRun{run: ar, at: now}
+	c.created.Set(NsKey(ar.Namespace, ar.Name), ar, CreatedTTL)
 }
 
 // Seen drops what Created recorded for the AgentRun ns/name: the informer has shown it (an
 // event for it reached the handlers, after the cache was updated), or its deletion.
-func (c *Core) Seen(ns, name string) {
-	c.mu.Lock()
-	delete(c.created, NsKey(ns, name))
-	c.mu.Unlock()
-}
+func (c *Core) Seen(ns, name string) { c.created.Delete(NsKey(ns, name)) }
 
 // RunOrCreated is the AgentRun ns/name in the cache or, while the cache has not shown it yet,
 // the one this process created (Created) less than CreatedTTL ago.
@@ -136,18 +136,10 @@ func (c *Core) RunOrCreated(ns, name string) (*agentsv1alpha1.AgentRun, bool) {
 		c.Seen(ns, name)
 		return ar, true
 	}
-	key := NsKey(ns, name)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.created[key]
-	if !ok {
-		return nil, false
+	if v, ok := c.created.Get(NsKey(ns, name)); ok {
+		return v.(*agentsv1alpha1.AgentRun), true
 	}
-	if c.Now().Sub(e.at) >= CreatedTTL {
-		delete(c.created, key)
-		return nil, false
-	}
-	return e.run, true
+	return nil, false
 }
 
 // Agent is the Agent ns/name in the cache.

@@ -134,7 +134,7 @@ func TestACreatedRunStandsInUntilTheCacheShowsItOrItsTimeIsUp(t *testing.T) {
 	c.Created(run("d", ""))
 	now = now.Add(CreatedTTL)
 	c.Created(run("e", ""))
-	if len(c.created) != 1 {
-		t.Errorf("%d records after d's time passed, want 1 (e)", len(c.created))
+	if c.created.Len() != 1 {
+		t.Errorf("%d records after d's time passed, want 1 (e)", c.created.Len())
 	}
 }

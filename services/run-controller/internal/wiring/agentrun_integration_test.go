@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	"github.com/agentplane/agentplane/libs/jobresult"
 	"github.com/agentplane/agentplane/libs/reasons"
 	"github.com/agentplane/agentplane/libs/testenv"
 	"github.com/agentplane/agentplane/services/run-controller/internal/agentrun"
@@ -97,7 +98,10 @@ func TestAJobDeletedBeforeItsRunRecordedItIsNotReplaced(t *testing.T) {
 			}
 			if finalizer {
 				testenv.Eventually(t, 20*time.Second, "the held Job being deleted recorded in jobRef", recorded)
-				patch := []byte(`[{"op":"test","path":"/metadata/finalizers","value":["` + agentsv1alpha1.FinalizerJobResult + `"]},{"op":"remove","path":"/metadata/finalizers"}]`)
+				patch, err := jobresult.ReleasePatch(j) // as agentctl jobs release-holds and job-gc release it
+				if err != nil {
+					t.Fatal(err)
+				}
 				if _, err := kc.BatchV1().Jobs(ns).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 					t.Fatal(err)
 				}
