@@ -1,6 +1,6 @@
 // Package orchestrationrun cancels OrchestrationRuns: in one pass over a cancelled run's
-// unfinished step AgentRuns, several at a time, it sets spec.cancel on each and deletes its Jobs
-// and their pods; a step whose pods have stopped (the cache, then one live list of the run's pods
+// unfinished step AgentRuns, several at a time, it sets spec.cancel on each while it deletes its
+// Jobs and then their pods; a step whose pods have stopped (the cache, then one live list of the run's pods
 // per pass) is written Cancelled by the pass, one status write and no event of its own (package
 // agentrun leaves such steps alone while the OrchestrationRun's cancel goes on). It shuts down and
 // deletes the Argo Workflows of the run and its steps, and follows the cancel protocol (package
@@ -170,23 +170,47 @@ type stop struct {
 // stopStep sets spec.cancel on the OrchestrationRun's unfinished step run ar (so that
 // run-controller starts nothing more for it) and deletes its Jobs and their pods, remembering the
 // Jobs under the OrchestrationRun's queue key k, so that their pods' events bring the
-// OrchestrationRun back.
+// OrchestrationRun back. The patch and the deletions go out at once, not one after the other:
+// nothing waits on the patch, because run-controller leaves alone the steps of an
+// OrchestrationRun whose cancel is in effect and job-gc reports no Job of theirs missing (each
+// looks at the OrchestrationRun's spec.cancel, which was set before this pass began). A Job is
+// deleted before its pods, so that the Job controller, which starts no pod for a Job being
+// deleted, replaces none of them.
 func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.OrchestrationRun, k string, ar *agentsv1alpha1.AgentRun) (stop, error) {
 	s := stop{ar: ar}
-	if !ar.Spec.Cancel && !r.MarkStep(ar.UID) {
-		cur, err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
-			[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			s.gone = true
-			return s, nil
-		case err != nil:
-			r.ForgetStep(ar.UID)
-			return s, fmt.Errorf("cancel AgentRun %s/%s: %w", ar.Namespace, ar.Name, err)
-		}
-		s.ar = cur
-		r.Record(or.UID, cancel.KindAgentRun, 1)
+	var (
+		patched  = make(chan error, 1)
+		patching = !ar.Spec.Cancel && !r.MarkStep(ar.UID)
+	)
+	if patching {
+		go func() {
+			cur, err := r.Client.AgentsV1alpha1().AgentRuns(ar.Namespace).Patch(ctx, ar.Name, types.MergePatchType,
+				[]byte(`{"spec":{"cancel":true}}`), metav1.PatchOptions{})
+			if err == nil {
+				s.ar = cur
+			}
+			patched <- err
+		}()
 	}
+	pods, err := r.stopJobs(ctx, k, ar)
+	if patching {
+		switch perr := <-patched; {
+		case apierrors.IsNotFound(perr):
+			return stop{ar: ar, gone: true}, nil
+		case perr != nil:
+			r.ForgetStep(ar.UID)
+			return s, fmt.Errorf("cancel AgentRun %s/%s: %w", ar.Namespace, ar.Name, perr)
+		default:
+			r.Record(or.UID, cancel.KindAgentRun, 1)
+		}
+	}
+	s.pods = pods
+	return s, err
+}
+
+// stopJobs deletes the Jobs of the step run ar and then their pods, and returns how many of their
+// pods have not finished.
+func (r *Reconciler) stopJobs(ctx context.Context, k string, ar *agentsv1alpha1.AgentRun) (int, error) {
 	set := r.JobsOf(ar.UID)
 	refs := []*agentsv1alpha1.JobRef{ar.Status.JobRef} // the Jobs its status records: one may be gone while its pods stop
 	if ar.Status.Workflow != nil {
@@ -206,17 +230,18 @@ func (r *Reconciler) stopStep(ctx context.Context, or *orchv1alpha1.Orchestratio
 			continue
 		}
 		if err := r.StopJob(ctx, ar.UID, set, k, j); err != nil {
-			return s, err
+			return 0, err
 		}
 	}
+	pods := 0
 	for uid := range set.All() { // also the Jobs already gone whose pods may still stop
 		n, err := r.StopPods(ctx, r.Pods[ar.Namespace], k, ar.UID, uid)
 		if err != nil {
-			return s, err
+			return pods, err
 		}
-		s.pods += n
+		pods += n
 	}
-	return s, nil
+	return pods, nil
 }
 
 // livePods asks the API server (one list of the OrchestrationRun's pods, by its label) how many

@@ -70,6 +70,9 @@ type fixture struct {
 	p        *Propagator
 	rec      *testenv.Reconciles
 	stopProp func()
+	// rest, when set, is the config cancel-propagator's clientset of the agentplane API groups
+	// uses instead of env.Config.
+	rest *rest.Config
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -106,7 +109,11 @@ func (f *fixture) start(cfg Config) {
 	}
 	f.reg = prometheus.NewRegistry()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
-	p, err := New(cfg, Deps{Kube: env.Client, Dynamic: dyn, REST: env.Config, Status: sw, Events: ev, Registry: f.reg})
+	restCfg := env.Config
+	if f.rest != nil {
+		restCfg = f.rest
+	}
+	p, err := New(cfg, Deps{Kube: env.Client, Dynamic: dyn, REST: restCfg, Status: sw, Events: ev, Registry: f.reg})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -5,13 +5,16 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
@@ -152,4 +155,87 @@ func TestStepsAreWrittenCancelledOnceByTheirOrchestrationRun(t *testing.T) {
 	if got := f.metric("agentplane_cancel_propagator_cancels_total", "kind", "AgentRun", "outcome", "Cancelled"); got != 3 {
 		t.Errorf("AgentRun cancels counted = %v, want 3", got)
 	}
+}
+
+// slowPatches holds up every PATCH of an AgentRun for delay on its way to the API server.
+type slowPatches struct {
+	rt    http.RoundTripper
+	delay time.Duration
+}
+
+func (s slowPatches) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/agentruns/") {
+		select {
+		case <-time.After(s.delay):
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	return s.rt.RoundTrip(req)
+}
+
+// A cancelled OrchestrationRun's pass does not wait for a step's spec.cancel patch before it
+// deletes the step's Job and pod: with that patch held up for 15 s on its way to the API server,
+// the Job and the pod have their deletion requested while the step's spec.cancel is still unset.
+// The step still gets spec.cancel, and is written Cancelled once its pod has stopped.
+func TestAStepsJobIsDeletedWithoutWaitingForItsCancelPatch(t *testing.T) {
+	f := newFixture(t)
+	f.apply(`{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","metadata":{"name":"one"},"spec":{"orchestrationRef":{"name":"plan"}}}`)
+	or, err := f.getOR("one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(fmt.Sprintf(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"one-a",
+		"labels":{%q:"one"},
+		"ownerReferences":[{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","name":"one","uid":%q,"controller":true}]},
+		"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`, agentsv1alpha1.LabelOrchestrationRun, or.UID))
+	ar, err := f.getAR("one-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := f.job("one-a-job", ar)
+	// run-controller's job-result finalizer, as on every Job it creates: the Job outlives its
+	// deletion, so its pods are deleted at once rather than left to the garbage collector.
+	if j, err = env.Client.BatchV1().Jobs(f.ns).Patch(context.Background(), j.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":["`+agentsv1alpha1.FinalizerJobResult+`"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.pod("one-a-pod", j, "test/stopping")
+	f.setARStatus("one-a", agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: j.Name, Namespace: f.ns, UID: string(j.UID)}})
+
+	f.rest = rest.CopyConfig(env.Config)
+	f.rest.Wrap(func(rt http.RoundTripper) http.RoundTripper { return slowPatches{rt: rt, delay: 15 * time.Second} })
+	f.start(Config{Enabled: true, Timeout: time.Minute})
+	f.cancel("orchestrationruns", "one")
+	testenv.Eventually(t, 12*time.Second, "the step's Job and pod deleted before its spec.cancel is set", func() error {
+		pod, err := env.Client.CoreV1().Pods(f.ns).Get(context.Background(), "one-a-pod", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pod.DeletionTimestamp == nil {
+			return fmt.Errorf("pod not deleted yet")
+		}
+		jb, err := env.Client.BatchV1().Jobs(f.ns).Get(context.Background(), "one-a-job", metav1.GetOptions{})
+		if err == nil && jb.DeletionTimestamp == nil {
+			return fmt.Errorf("Job not deleted yet")
+		} else if err != nil && !gone(err) {
+			return err
+		}
+		return nil
+	})
+	if ar, err := f.getAR("one-a"); err != nil || ar.Spec.Cancel {
+		t.Fatalf("the step's spec.cancel was set before its Job and pod were deleted (err %v): the pass waited for the patch", err)
+	}
+	f.releasePod("one-a-pod")
+	testenv.Eventually(t, 45*time.Second, "the step and its OrchestrationRun Cancelled", func() error {
+		ar, err := f.getAR("one-a")
+		if err != nil || ar.Status.Phase != "Cancelled" || !ar.Spec.Cancel {
+			return fmt.Errorf("step: %v %+v cancel=%v", err, ar.Status, ar.Spec.Cancel)
+		}
+		or, err := f.getOR("one")
+		if err != nil || or.Status.Phase != "Cancelled" {
+			return fmt.Errorf("OrchestrationRun: %v %+v", err, or.Status)
+		}
+		return nil
+	})
 }

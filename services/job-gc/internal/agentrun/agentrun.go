@@ -6,7 +6,8 @@
 //     version): then their own retention applies.
 //   - Missing Jobs: a non-terminal run whose recorded Job is gone, or is being deleted before it
 //     finished, (confirmed by a live GET) gets JobMissing=True, a WorkflowJobMissing Warning and
-//     a count; still missing after MissingGrace, the run fails with reason WorkflowJobMissing.
+//     a count; still missing after MissingGrace, the run fails with reason WorkflowJobMissing. A
+//     run being cancelled, or a step of an OrchestrationRun being cancelled, is not reported.
 //
 // The Job decisions it shares (Terminal, FinishedAt, Owner, the ByRun index) are the job
 // package's; the informers, queues and metrics registration are the wiring package's.
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
@@ -91,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if job.Terminal(ar.Status.Phase) {
 		return r.retain(ctx, key, ar)
 	}
-	if ar.CancelInEffect() {
+	if ar.CancelInEffect() || r.parentCancelled(ar) {
 		return nil // cancel-propagator stops its Jobs on purpose
 	}
 	return r.checkJobs(ctx, key, ar)
@@ -119,6 +121,38 @@ func (r *Reconciler) ownedByOrchestration(ctx context.Context, ar *agentsv1alpha
 		return false, fmt.Errorf("get OrchestrationRun %s/%s, the owner of AgentRun %s: %w", ar.Namespace, ref.Name, ar.Name, err)
 	}
 	return live.UID == ref.UID, nil
+}
+
+// parentCancelled reports whether the run is a step of an OrchestrationRun (by the UID its owner
+// reference names) whose cancel is in effect, as the cache shows it.
+func (r *Reconciler) parentCancelled(ar *agentsv1alpha1.AgentRun) bool {
+	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
+	if ref == nil || r.OrchRuns[ar.Namespace] == nil {
+		return false
+	}
+	o, ok, _ := r.OrchRuns[ar.Namespace].GetStore().GetByKey(ar.Namespace + "/" + ref.Name)
+	if !ok {
+		return false
+	}
+	or := o.(*orchv1alpha1.OrchestrationRun)
+	return or.UID == ref.UID && or.CancelInEffect()
+}
+
+// parentCancelledLive is parentCancelled asked of the API server: the cache of OrchestrationRuns
+// may lag behind that of Jobs.
+func (r *Reconciler) parentCancelledLive(ctx context.Context, ar *agentsv1alpha1.AgentRun) (bool, error) {
+	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
+	if ref == nil {
+		return false, nil
+	}
+	or, err := r.Client.OrchestrationV1alpha1().OrchestrationRuns(ar.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get OrchestrationRun %s/%s, the owner of AgentRun %s: %w", ar.Namespace, ref.Name, ar.Name, err)
+	}
+	return or.UID == ref.UID && or.CancelInEffect(), nil
 }
 
 // retain deletes a finished run, and its Jobs, once its retention has passed.
@@ -214,6 +248,11 @@ func (r *Reconciler) checkJobs(ctx context.Context, key string, ar *agentsv1alph
 		return fmt.Errorf("get AgentRun %s: %w", key, err)
 	case live.CancelInEffect() || job.Terminal(live.Status.Phase):
 		return nil
+	}
+	// A step's Jobs are deleted by its OrchestrationRun's cancel at the same time as its own
+	// spec.cancel is set: the OrchestrationRun's spec.cancel, set first, is asked for too.
+	if cancelled, err := r.parentCancelledLive(ctx, live); cancelled || err != nil {
+		return err
 	}
 	if !reported {
 		note := fmt.Sprintf("%s; the run fails with %s in %s unless it is back", msg, reasons.WorkflowJobMissing, r.MissingGrace)

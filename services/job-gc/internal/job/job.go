@@ -69,9 +69,15 @@ type Reconciler struct {
 	// result's hold is released only then, so that the archive can read the Job and its pods.
 	Archived func(*agentsv1alpha1.AgentRun) bool
 
-	mu     sync.Mutex
-	warned map[types.UID]bool // Jobs a JobResultHeld Warning was raised for
+	mu       sync.Mutex
+	warned   map[types.UID]bool      // Jobs a JobResultHeld Warning was raised for
+	released map[types.UID]time.Time // Jobs this process released, and when
 }
+
+// releasedFor is how long a Job this process released is not released again while the cache
+// still shows its hold: the cache's copy may lag the release by a moment, and a second release
+// made from it only fails (its JSON patch tests a finalizer that is no longer there).
+const releasedFor = 30 * time.Second
 
 // Reconcile releases the hold of the Job named by key ("<namespace>/<name>") once its run has
 // recorded its outcome or is gone, and warns once of a hold that has lasted past HoldWarning.
@@ -82,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	j := obj.(*batchv1.Job)
-	if jobresult.Index(j) < 0 {
+	if jobresult.Index(j) < 0 || r.releasedLately(j.UID) {
 		return nil
 	}
 	ref := Owner(j)
@@ -136,12 +142,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	return nil
 }
 
-// Forget drops what Reconcile remembers of the Job with uid (whether it was warned of), once
-// the Job is deleted.
+// Forget drops what Reconcile remembers of the Job with uid (whether it was warned of, whether
+// it was released), once the Job is deleted.
 func (r *Reconciler) Forget(uid types.UID) {
 	r.mu.Lock()
 	delete(r.warned, uid)
+	delete(r.released, uid)
 	r.mu.Unlock()
+}
+
+// releasedLately reports whether this process released the hold of the Job with uid less than
+// releasedFor ago.
+func (r *Reconciler) releasedLately(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.released[uid]
+	if ok && r.Now().Sub(at) >= releasedFor {
+		delete(r.released, uid)
+		return false
+	}
+	return ok
 }
 
 // Owner is the AgentRun that controls the Job, or nil.
@@ -206,6 +226,14 @@ func (r *Reconciler) release(ctx context.Context, j *batchv1.Job, why string) er
 	_, err = r.Kube.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "agentplane-job-gc"})
 	if apierrors.IsNotFound(err) {
 		return nil
+	}
+	if err == nil {
+		r.mu.Lock()
+		if r.released == nil {
+			r.released = map[types.UID]time.Time{}
+		}
+		r.released[j.UID] = r.Now()
+		r.mu.Unlock()
 	}
 	if apierrors.IsInvalid(err) {
 		// The patch's test failed: the finalizer list changed since the cache saw it (the TTL

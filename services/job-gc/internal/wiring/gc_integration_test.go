@@ -358,7 +358,8 @@ func TestAFinishedRunIsDeletedWithItsJobsAfterItsRetention(t *testing.T) {
 
 // A run whose Job is gone (or deleted before it finished) is reported at once (condition,
 // Warning event, metric) and fails with WorkflowJobMissing after the grace period; a Job that
-// exists but is not in job-gc's cache is not reported.
+// exists but is not in job-gc's cache is not reported, nor is the deleted Job of a step whose
+// OrchestrationRun is cancelled (the step's own spec.cancel not set yet).
 func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 	cfg := defaults()
 	cfg.MissingGrace = 3 * time.Second
@@ -373,6 +374,24 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 	lj := f.job("late-job", late, func(j *batchv1.Job) { j.Labels = nil; j.Finalizers = nil })
 	f.setStatus(late, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "late-job", Namespace: f.ns, UID: string(lj.UID)}})
 	f.deleteJob("killed-job") // by hand, mid-run
+	// A step of a cancelled OrchestrationRun whose Job the cancel deleted before the step's own
+	// spec.cancel arrived (cancel-propagator sets both at once): not missing, cancelled.
+	orc, err := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	or := &orchv1alpha1.OrchestrationRun{TypeMeta: metav1.TypeMeta{APIVersion: orchv1alpha1.GroupVersion.String(), Kind: "OrchestrationRun"},
+		ObjectMeta: metav1.ObjectMeta{Name: "stopping", Namespace: f.ns}, Spec: orchv1alpha1.OrchestrationRunSpec{OrchestrationRef: orchv1alpha1.NameRef{Name: "o"}, Cancel: true}}
+	if err := orc.Post().Namespace(f.ns).Resource("orchestrationruns").Body(or).Do(context.Background()).Into(or); err != nil {
+		t.Fatal(err)
+	}
+	step := f.run("step", func(ar *agentsv1alpha1.AgentRun) {
+		ar.OwnerReferences = []metav1.OwnerReference{{APIVersion: "orchestration.proompteng.ai/v1alpha1", Kind: "OrchestrationRun",
+			Name: "stopping", UID: or.UID, Controller: ptr.To(true)}}
+	})
+	sj := f.job("step-job", step, nil)
+	f.setStatus(step, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: "step-job", Namespace: f.ns, UID: string(sj.UID)}})
+	f.deleteJob("step-job")
 
 	for _, name := range []string{"lost", "killed"} {
 		testenv.Eventually(t, 20*time.Second, name+" reported missing its Job", func() error {
@@ -424,6 +443,15 @@ func TestAMissingJobIsReportedThenFailsTheRun(t *testing.T) {
 	}
 	if got := f.metric("agentplane_job_gc_missing_job_failures_total", "run_namespace", f.ns); got != 2 {
 		t.Errorf("missing job failures = %v, want 2", got)
+	}
+	if ar, err = f.getRun("step"); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(ar.Status.Conditions, agentrun.CondJobMissing); c != nil || ar.Status.Phase != "Running" {
+		t.Errorf("the Job of a cancelled OrchestrationRun's step was reported missing: phase %s, condition %+v", ar.Status.Phase, c)
+	}
+	if ev := f.events("step"); len(ev) > 0 {
+		t.Errorf("the cancelled OrchestrationRun's step has events %v", ev)
 	}
 }
 

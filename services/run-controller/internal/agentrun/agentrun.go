@@ -90,8 +90,10 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 			return core.Result{}, err
 		}
 	}
-	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.CancelInEffect() {
-		// A cancelled run is cancel-propagator's: nothing more starts for it.
+	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.CancelInEffect() || c.parentCancelled(ar) {
+		// A cancelled run is cancel-propagator's: nothing more starts for it, and its status is
+		// what the cancel writes. A step of a cancelled OrchestrationRun is too, even before its
+		// own spec.cancel arrives: cancel-propagator sets it while it deletes the step's Jobs.
 		return core.Result{}, nil
 	}
 	switch ar.Spec.Runtime.Type {
@@ -493,6 +495,17 @@ func runStatusSays(ar *agentsv1alpha1.AgentRun, st runStatus) bool {
 		return false
 	}
 	return core.CondsSay(s.Conditions, st.conds)
+}
+
+// parentCancelled reports whether the run is a step of an OrchestrationRun (the one its owner
+// reference names, by UID) whose cancel is in effect, as the cache shows it.
+func (c *Reconciler) parentCancelled(ar *agentsv1alpha1.AgentRun) bool {
+	ref := core.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
+	if ref == nil {
+		return false
+	}
+	or, ok := c.OrchRun(ar.Namespace, ref.Name)
+	return ok && or.UID == ref.UID && or.CancelInEffect()
 }
 
 // claimStart claims, before a Job is created, that work starts for the run: on the run itself,

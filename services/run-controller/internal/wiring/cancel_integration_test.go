@@ -81,3 +81,52 @@ func TestACancelRefusedWhileCancelWasOffStopsNothing(t *testing.T) {
 		t.Error("a cancelled OrchestrationRun started a step")
 	}
 }
+
+// TestAStepOfACancelledOrchestrationRunIsLeftToTheCancel: once its OrchestrationRun's cancel is in
+// effect, a step whose own spec.cancel has not arrived yet (cancel-propagator sets it while it
+// deletes the step's Jobs, not before) is left to the cancel: its Job failing, as the Job
+// controller fails a Job whose pod the cancel deleted, is not written over the step, which the
+// cancel writes Cancelled instead.
+func TestAStepOfACancelledOrchestrationRunIsLeftToTheCancel(t *testing.T) {
+	ns := namespace(t)
+	createAgent(t, ns, "codex", nil)
+	create(t, "orchestrations", ns, orchestration(ns, "one", step("only")))
+	create(t, "orchestrationruns", ns, orchRun(ns, "stopping", "one"))
+	c := startController(t, ns, nil)
+	testenv.Eventually(t, 20*time.Second, "the step's run", func() error {
+		if !childExists(t, ns, "stopping-only") {
+			return fmt.Errorf("no step run yet")
+		}
+		return nil
+	})
+	j := waitJob(t, ns, agentrun.JobName(getRun(t, ns, "stopping-only"), "", 1))
+	fakePodRunning(t, j)
+	waitPhase(t, ns, "stopping-only", agentsv1alpha1.PhaseRunning, 30*time.Second)
+
+	rc, err := kubeclient.RESTClientFor(env.Config, orchv1alpha1.GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Patch(types.MergePatchType).Namespace(ns).Resource("orchestrationruns").Name("stopping").
+		Body([]byte(`{"spec":{"cancel":true}}`)).Do(context.Background()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, c, "AgentRun", ns, "stopping-only") // orders this goroutine after Run's filling of the cache maps
+	testenv.Eventually(t, 20*time.Second, "the controller's cache shows the OrchestrationRun's cancel", func() error {
+		if or, ok := c.OrchRun(ns, "stopping"); !ok || !or.Spec.Cancel {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	finishJob(t, ns, j.Name, false)
+	testenv.Eventually(t, 20*time.Second, "the controller's cache shows the Job failed", func() error {
+		if cj, ok := c.Job(ns, j.Name); !ok || len(cj.Status.Conditions) == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	settle(t, c, "AgentRun", ns, "stopping-only")
+	if ar := getRun(t, ns, "stopping-only"); ar.Status.Phase != agentsv1alpha1.PhaseRunning || ar.Spec.Cancel {
+		t.Errorf("the step of a cancelled OrchestrationRun: phase %s (want Running: the cancel writes it), spec.cancel %v", ar.Status.Phase, ar.Spec.Cancel)
+	}
+}
