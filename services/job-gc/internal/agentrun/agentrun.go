@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
-	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
+	orchv1alpha1 "github.com/agentplane/agentplane/libs/api/orchestration/v1alpha1"
 	"github.com/agentplane/agentplane/libs/controller"
 	"github.com/agentplane/agentplane/libs/eventclient"
 	"github.com/agentplane/agentplane/libs/logging"
