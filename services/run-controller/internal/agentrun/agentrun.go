@@ -90,11 +90,16 @@ func (c *Reconciler) Reconcile(ctx context.Context, key string) (core.Result, er
 			return core.Result{}, err
 		}
 	}
-	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.CancelInEffect() || c.parentCancelled(ar) {
-		// A cancelled run is cancel-propagator's: nothing more starts for it, and its status is
-		// what the cancel writes. A step of a cancelled OrchestrationRun is too, even before its
-		// own spec.cancel arrives: cancel-propagator sets it while it deletes the step's Jobs.
+	if ar.DeletionTimestamp != nil || core.IsTerminal(ar.Status.Phase) || ar.CancelInEffect() {
+		// A cancelled run is cancel-propagator's: nothing more starts for it.
 		return core.Result{}, nil
+	}
+	if c.parentCancelled(ar) {
+		// A step of a cancelled OrchestrationRun is too, even before its own spec.cancel arrives
+		// (cancel-propagator sets it while it deletes the step's Jobs): its status is what the
+		// cancel writes. Looked at again in a while: a cancel refused with cancel support off
+		// gives the step back, and the OrchestrationRun's own events do not queue its steps.
+		return core.Result{RequeueAfter: parentCancelRecheck}, nil
 	}
 	switch ar.Spec.Runtime.Type {
 	case agentsv1alpha1.RuntimeJob:
@@ -496,6 +501,10 @@ func runStatusSays(ar *agentsv1alpha1.AgentRun, st runStatus) bool {
 	}
 	return core.CondsSay(s.Conditions, st.conds)
 }
+
+// parentCancelRecheck is how long a step left alone for its OrchestrationRun's cancel waits
+// before it is looked at again.
+const parentCancelRecheck = 5 * time.Second
 
 // parentCancelled reports whether the run is a step of an OrchestrationRun (the one its owner
 // reference names, by UID) whose cancel is in effect, as the cache shows it.

@@ -86,7 +86,7 @@ func TestACancelRefusedWhileCancelWasOffStopsNothing(t *testing.T) {
 // effect, a step whose own spec.cancel has not arrived yet (cancel-propagator sets it while it
 // deletes the step's Jobs, not before) is left to the cancel: its Job failing, as the Job
 // controller fails a Job whose pod the cancel deleted, is not written over the step, which the
-// cancel writes Cancelled instead.
+// cancel writes Cancelled instead. If the cancel is refused, the step is run-controller's again.
 func TestAStepOfACancelledOrchestrationRunIsLeftToTheCancel(t *testing.T) {
 	ns := namespace(t)
 	createAgent(t, ns, "codex", nil)
@@ -129,4 +129,8 @@ func TestAStepOfACancelledOrchestrationRunIsLeftToTheCancel(t *testing.T) {
 	if ar := getRun(t, ns, "stopping-only"); ar.Status.Phase != agentsv1alpha1.PhaseRunning || ar.Spec.Cancel {
 		t.Errorf("the step of a cancelled OrchestrationRun: phase %s (want Running: the cancel writes it), spec.cancel %v", ar.Status.Phase, ar.Spec.Cancel)
 	}
+	// A cancel refused (cancel support off) gives the step back to run-controller, though nothing
+	// about the step itself changes: its failed Job is recorded.
+	refuseCancel(t, "orchestrationruns", ns, "stopping")
+	waitPhase(t, ns, "stopping-only", agentsv1alpha1.PhaseFailed, 30*time.Second)
 }
