@@ -241,6 +241,30 @@ func (f *fixture) job(name string, ar *agentsv1alpha1.AgentRun) *batchv1.Job {
 	return j
 }
 
+// orchestrationRun creates the OrchestrationRun called name and, for each of steps, a step
+// AgentRun of that name owned by it and labelled with its name, and returns the steps.
+func (f *fixture) orchestrationRun(name string, steps ...string) []*agentsv1alpha1.AgentRun {
+	f.t.Helper()
+	f.apply(fmt.Sprintf(`{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","metadata":{"name":%q},"spec":{"orchestrationRef":{"name":"plan"}}}`, name))
+	or, err := f.getOR(name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []*agentsv1alpha1.AgentRun
+	for _, step := range steps {
+		f.apply(fmt.Sprintf(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":%q,
+			"labels":{%q:%q},
+			"ownerReferences":[{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","name":%q,"uid":%q,"controller":true}]},
+			"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`, step, agentsv1alpha1.LabelOrchestrationRun, name, name, or.UID))
+		ar, err := f.getAR(step)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, ar)
+	}
+	return out
+}
+
 // runningAgentRun creates the AgentRun called name, Running, with a Job name+"-job" and a running
 // pod name+"-pod" of it (held by podFinalizer).
 func (f *fixture) runningAgentRun(name, podFinalizer string) (*agentsv1alpha1.AgentRun, *batchv1.Job) {

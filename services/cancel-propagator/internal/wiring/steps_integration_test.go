@@ -27,21 +27,9 @@ import (
 // Cancelled after its last step.
 func TestStepsAreWrittenCancelledOnceByTheirOrchestrationRun(t *testing.T) {
 	f := newFixture(t)
-	f.apply(`{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","metadata":{"name":"three"},"spec":{"orchestrationRef":{"name":"plan"}}}`)
-	or, err := f.getOR("three")
-	if err != nil {
-		t.Fatal(err)
-	}
 	steps := []string{"three-a", "three-b", "three-c"}
-	for _, name := range steps {
-		f.apply(fmt.Sprintf(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":%q,
-			"labels":{%q:"three"},
-			"ownerReferences":[{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","name":"three","uid":%q,"controller":true}]},
-			"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`, name, agentsv1alpha1.LabelOrchestrationRun, or.UID))
-		ar, err := f.getAR(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, ar := range f.orchestrationRun("three", steps...) {
+		name := ar.Name
 		j := f.job(name+"-job", ar)
 		f.pod(name+"-pod", j, "test/stopping") // held until released: the pod still stops
 		f.setARStatus(name, agentsv1alpha1.AgentRunStatus{Phase: "Running", JobRef: &agentsv1alpha1.JobRef{Name: j.Name, Namespace: f.ns, UID: string(j.UID)}})
@@ -180,20 +168,9 @@ func (s slowPatches) RoundTrip(req *http.Request) (*http.Response, error) {
 // The step still gets spec.cancel, and is written Cancelled once its pod has stopped.
 func TestAStepsJobIsDeletedWithoutWaitingForItsCancelPatch(t *testing.T) {
 	f := newFixture(t)
-	f.apply(`{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","metadata":{"name":"one"},"spec":{"orchestrationRef":{"name":"plan"}}}`)
-	or, err := f.getOR("one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.apply(fmt.Sprintf(`{"apiVersion":"agents.proompteng.ai/v1alpha1","kind":"AgentRun","metadata":{"name":"one-a",
-		"labels":{%q:"one"},
-		"ownerReferences":[{"apiVersion":"orchestration.proompteng.ai/v1alpha1","kind":"OrchestrationRun","name":"one","uid":%q,"controller":true}]},
-		"spec":{"agentRef":{"name":"codex"},"runtime":{"type":"job"}}}`, agentsv1alpha1.LabelOrchestrationRun, or.UID))
-	ar, err := f.getAR("one-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ar := f.orchestrationRun("one", "one-a")[0]
 	j := f.job("one-a-job", ar)
+	var err error
 	// run-controller's job-result finalizer, as on every Job it creates: the Job outlives its
 	// deletion, so its pods are deleted at once rather than left to the garbage collector.
 	if j, err = env.Client.BatchV1().Jobs(f.ns).Patch(context.Background(), j.Name, types.MergePatchType,

@@ -104,55 +104,61 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 // OrchestrationRun is gone (or was replaced: another UID) is an orphan, kept by its own retention:
 // the cache's absence is confirmed with a live GET.
 func (r *Reconciler) ownedByOrchestration(ctx context.Context, ar *agentsv1alpha1.AgentRun) (bool, error) {
-	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
-	if ref == nil {
+	if controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun") == nil {
 		return false, nil
 	}
-	if inf := r.OrchRuns[ar.Namespace]; inf != nil {
-		if o, ok, _ := inf.GetStore().GetByKey(ar.Namespace + "/" + ref.Name); ok && o.(metav1.Object).GetUID() == ref.UID {
-			return true, nil
-		}
+	if r.cachedOwner(ar) != nil {
+		return true, nil
 	}
-	live, err := r.Client.OrchestrationV1alpha1().OrchestrationRuns(ar.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("get OrchestrationRun %s/%s, the owner of AgentRun %s: %w", ar.Namespace, ref.Name, ar.Name, err)
-	}
-	return live.UID == ref.UID, nil
+	or, err := r.liveOwner(ctx, ar)
+	return or != nil, err
 }
 
-// parentCancelled reports whether the run is a step of an OrchestrationRun (by the UID its owner
-// reference names) whose cancel is in effect, as the cache shows it.
+// parentCancelled reports whether the run is a step of an OrchestrationRun whose cancel is in
+// effect, as the cache shows it.
 func (r *Reconciler) parentCancelled(ar *agentsv1alpha1.AgentRun) bool {
-	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
-	if ref == nil || r.OrchRuns[ar.Namespace] == nil {
-		return false
-	}
-	o, ok, _ := r.OrchRuns[ar.Namespace].GetStore().GetByKey(ar.Namespace + "/" + ref.Name)
-	if !ok {
-		return false
-	}
-	or := o.(*orchv1alpha1.OrchestrationRun)
-	return or.UID == ref.UID && or.CancelInEffect()
+	or := r.cachedOwner(ar)
+	return or != nil && or.CancelInEffect()
 }
 
 // parentCancelledLive is parentCancelled asked of the API server: the cache of OrchestrationRuns
 // may lag behind that of Jobs.
 func (r *Reconciler) parentCancelledLive(ctx context.Context, ar *agentsv1alpha1.AgentRun) (bool, error) {
+	or, err := r.liveOwner(ctx, ar)
+	return or != nil && or.CancelInEffect(), err
+}
+
+// cachedOwner is the OrchestrationRun that controls the run (by the UID its owner reference
+// names) as the cache shows it, or nil.
+func (r *Reconciler) cachedOwner(ar *agentsv1alpha1.AgentRun) *orchv1alpha1.OrchestrationRun {
+	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
+	if ref == nil || r.OrchRuns[ar.Namespace] == nil {
+		return nil
+	}
+	o, ok, _ := r.OrchRuns[ar.Namespace].GetStore().GetByKey(ar.Namespace + "/" + ref.Name)
+	if or, _ := o.(*orchv1alpha1.OrchestrationRun); ok && or != nil && or.UID == ref.UID {
+		return or
+	}
+	return nil
+}
+
+// liveOwner is cachedOwner asked of the API server: nil when the OrchestrationRun is gone or was
+// replaced (another UID).
+func (r *Reconciler) liveOwner(ctx context.Context, ar *agentsv1alpha1.AgentRun) (*orchv1alpha1.OrchestrationRun, error) {
 	ref := controller.ControllerOf(ar.OwnerReferences, "OrchestrationRun")
 	if ref == nil {
-		return false, nil
+		return nil, nil
 	}
 	or, err := r.Client.OrchestrationV1alpha1().OrchestrationRuns(ar.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("get OrchestrationRun %s/%s, the owner of AgentRun %s: %w", ar.Namespace, ref.Name, ar.Name, err)
+		return nil, fmt.Errorf("get OrchestrationRun %s/%s, the owner of AgentRun %s: %w", ar.Namespace, ref.Name, ar.Name, err)
+	case or.UID != ref.UID:
+		return nil, nil
 	}
-	return or.UID == ref.UID && or.CancelInEffect(), nil
+	return or, nil
 }
 
 // retain deletes a finished run, and its Jobs, once its retention has passed.
