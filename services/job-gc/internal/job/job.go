@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -70,8 +71,8 @@ type Reconciler struct {
 	Archived func(*agentsv1alpha1.AgentRun) bool
 
 	mu       sync.Mutex
-	warned   map[types.UID]bool      // Jobs a JobResultHeld Warning was raised for
-	released map[types.UID]time.Time // Jobs this process released, and when
+	warned   map[types.UID]bool  // Jobs a JobResultHeld Warning was raised for
+	released *utilcache.Expiring // Jobs this process released, each for releasedFor
 }
 
 // releasedFor is how long a Job this process released is not released again while the cache
@@ -147,21 +148,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 func (r *Reconciler) Forget(uid types.UID) {
 	r.mu.Lock()
 	delete(r.warned, uid)
-	delete(r.released, uid)
 	r.mu.Unlock()
+	r.releasedRecord().Delete(uid)
 }
 
 // releasedLately reports whether this process released the hold of the Job with uid less than
 // releasedFor ago.
 func (r *Reconciler) releasedLately(uid types.UID) bool {
+	_, ok := r.releasedRecord().Get(uid)
+	return ok
+}
+
+// releasedRecord is the record of the Jobs this process released, made on first use (on the
+// clock Now).
+func (r *Reconciler) releasedRecord() *utilcache.Expiring {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.released[uid]
-	if ok && r.Now().Sub(at) >= releasedFor {
-		delete(r.released, uid)
-		return false
+	if r.released == nil {
+		r.released = controller.NewExpiring(r.Now)
 	}
-	return ok
+	return r.released
 }
 
 // Owner is the AgentRun that controls the Job, or nil.
@@ -228,12 +234,7 @@ func (r *Reconciler) release(ctx context.Context, j *batchv1.Job, why string) er
 		return nil
 	}
 	if err == nil {
-		r.mu.Lock()
-		if r.released == nil {
-			r.released = map[types.UID]time.Time{}
-		}
-		r.released[j.UID] = r.Now()
-		r.mu.Unlock()
+		r.releasedRecord().Set(j.UID, true, releasedFor)
 	}
 	if apierrors.IsInvalid(err) {
 		// The patch's test failed: the finalizer list changed since the cache saw it (the TTL

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/clock"
 
 	agentsv1alpha1 "github.com/agentplane/agentplane/libs/api/agents/v1alpha1"
 	"github.com/agentplane/agentplane/libs/api/client/clientset/versioned"
@@ -95,16 +94,8 @@ func New(cfg Config, kube kubernetes.Interface, md metadata.Interface, client ve
 // NewExpiring is an expiring map on the Core's clock (Now, which tests move): what the
 // controller remembers for a while of what its caches do not show yet.
 func (c *Core) NewExpiring() *utilcache.Expiring {
-	return utilcache.NewExpiringWithClock(nowClock{now: func() time.Time { return c.Now() }})
+	return scaffold.NewExpiring(func() time.Time { return c.Now() })
 }
-
-// nowClock is the clock of an expiring map: the Core's Now (the map reads nothing else).
-type nowClock struct {
-	clock.RealClock
-	now func() time.Time
-}
-
-func (n nowClock) Now() time.Time { return n.now() }
 
 // NsKey is the namespace/name key of an object.
 func NsKey(ns, name string) string { return ns + "/" + name }
