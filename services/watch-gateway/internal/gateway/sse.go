@@ -26,10 +26,10 @@ import (
 	"github.com/agentplane/agentplane/services/watch-gateway/internal/access"
 )
 
-// writeTimeout bounds how long one write to a watcher may wait for room in its socket buffer
-// (writeLocked). A write waits only when that buffer is full, i.e. the watcher is many events
-// behind; it is then cut off (and resumes with its Last-Event-ID) rather than holding up the
-// fan-out worker, and every watcher behind it, for longer.
+// writeTimeout bounds one write to a watcher. A write blocks only when the watcher's socket
+// buffer is full, i.e. it is many events behind; it is then cut off (and resumes with its
+// Last-Event-ID) rather than holding up the fan-out worker, and every watcher behind it, for
+// longer.
 const writeTimeout = 500 * time.Millisecond
 
 // recheckTimeout bounds an open watch's access re-check; a review that fails keeps the watch.
@@ -37,12 +37,9 @@ const recheckTimeout = 10 * time.Second
 
 // detachedConn is one SSE watch served without a goroutine of its own.
 type detachedConn struct {
-	g    *Gateway
-	feed feed
-	conn net.Conn
-	// raw is conn's file descriptor when conn is a plain TCP connection (not TLS): writeLocked
-	// tries each write on it at once, with no deadline.
-	raw    syscall.RawConn
+	g      *Gateway
+	feed   feed
+	conn   net.Conn
 	ndjson bool
 	hb     time.Duration
 	cred   Credential
@@ -105,7 +102,6 @@ func (g *Gateway) serveDetached(w http.ResponseWriter, r *http.Request, f feed, 
 	}
 	_ = conn.SetDeadline(time.Time{})
 	c := &detachedConn{g: g, feed: f, conn: conn, ndjson: ndjson, hb: hb, cred: cred, release: release}
-	c.raw = rawConn(conn)
 	contentType := "text/event-stream"
 	if ndjson {
 		contentType = "application/x-ndjson"
@@ -165,66 +161,12 @@ func (c *detachedConn) Deliver(d *health.Delivery) {
 	c.cursor = d.Event.Cursor
 }
 
-// writeLocked writes b to the watcher. On a plain TCP connection it first hands b to the socket
-// at once (one system call, which does not wait): nearly every write fits in the socket's buffer
-// and ends there, with no deadline armed. Only what the buffer does not take (or every write, over
-// TLS) is written with writeTimeout as its deadline, which is then cleared again.
 func (c *detachedConn) writeLocked(b []byte) error {
 	now := time.Now()
-	c.lastWrite = now
-	if c.raw != nil {
-		n, err := writeNow(c.raw, b)
-		if err != nil || n == len(b) {
-			return err
-		}
-		b = b[n:]
-	}
 	_ = c.conn.SetWriteDeadline(now.Add(writeTimeout))
 	_, err := c.conn.Write(b)
-	if c.raw != nil {
-		_ = c.conn.SetWriteDeadline(time.Time{}) // a deadline left behind would refuse the next writeNow once past
-	}
+	c.lastWrite = now
 	return err
-}
-
-// rawConn is conn's file descriptor when conn is a plain TCP connection, else nil (a TLS
-// connection, whose bytes must go through its records).
-func rawConn(conn net.Conn) syscall.RawConn {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
-}
-
-// writeNow makes one non-blocking write of b to rc's socket and returns how much of b it took: 0
-// when the socket's buffer is full.
-func writeNow(rc syscall.RawConn, b []byte) (int, error) {
-	var (
-		n    int
-		werr error
-	)
-	err := rc.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), b)
-			if !errors.Is(werr, syscall.EINTR) {
-				return true // never wait for the socket
-			}
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case errors.Is(werr, syscall.EAGAIN):
-		return 0, nil
-	case werr != nil:
-		return 0, werr
-	}
-	return n, nil
 }
 
 // nextTickLocked is when the connection's timer fires next: for a heartbeat when due, else
@@ -253,8 +195,12 @@ func peerClosed(conn net.Conn) bool {
 	if tc, ok := conn.(*tls.Conn); ok {
 		raw = tc.NetConn()
 	}
-	rc := rawConn(raw)
-	if rc == nil {
+	sc, ok := raw.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
 		return false
 	}
 	closed, pending := false, false
