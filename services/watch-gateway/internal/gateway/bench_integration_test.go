@@ -292,8 +292,13 @@ func BenchmarkSSEWatchers(b *testing.B) {
 			"polling/watching per client %.0f (goal >= 100)\n",
 			watchingPerMin, n, watchingMinutes, watchRequests.Load(), pollingPerMin, pollers, pollMinutes, oneShot.Load(),
 			pollingPerClient, watchingPerClient, perClient)
-		if gateway.Received < gateway.Want || baseline.Received < baseline.Want {
-			b.Fatalf("deltas lost: gateway %d/%d, baseline %d/%d", gateway.Received, gateway.Want, baseline.Received, baseline.Want)
+		// Only the gateway losing a delta fails the benchmark. The baseline's losses are one of
+		// its findings (reported, as baseline-received/sent): failing on them made Go run this
+		// benchmark once per make bench instead of BENCH_COUNT times, so its goals were judged on
+		// one run.
+		b.ReportMetric(float64(baseline.Received)/float64(baseline.Want), "baseline-received/sent")
+		if gateway.Received < gateway.Want {
+			b.Fatalf("deltas lost by the gateway: %d/%d (the baseline received %d/%d)", gateway.Received, gateway.Want, baseline.Received, baseline.Want)
 		}
 	}
 }
