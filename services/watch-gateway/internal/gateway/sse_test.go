@@ -74,7 +74,7 @@ func TestAWatcherThatStopsReadingIsCutOffAfterTheWriteTimeout(t *testing.T) {
 func TestASlowWatcherGetsALargeWriteWholeAndTheNextOneToo(t *testing.T) {
 	gw, watcher := tcpPair(t)
 	c := &detachedConn{conn: gw}
-	msg := make([]byte, 1<<20) // far more than the socket's buffer: most of it waits for the reader
+	msg := make([]byte, 256<<10) // far more than the socket's buffer: most of it waits for the reader
 	for i := range msg {
 		msg[i] = byte(i % 251)
 	}
