@@ -74,14 +74,14 @@ func TestAWatcherThatStopsReadingIsCutOffAfterTheWriteTimeout(t *testing.T) {
 func TestASlowWatcherGetsALargeWriteWholeAndTheNextOneToo(t *testing.T) {
 	gw, watcher := tcpPair(t)
 	c := &detachedConn{conn: gw}
-	msg := make([]byte, 256<<10) // far more than the socket's buffer: most of it waits for the reader
+	msg := make([]byte, 256<<10) // more than the two sockets' buffers hold at first: part of it waits for the reader
 	for i := range msg {
 		msg[i] = byte(i % 251)
 	}
 	last := []byte(": keep-alive\n\n")
 	got := make(chan []byte, 1)
 	go func() {
-		time.Sleep(20 * time.Millisecond) // the write meets a full buffer
+		time.Sleep(20 * time.Millisecond) // the reader starts late
 		b, _ := io.ReadAll(io.LimitReader(watcher, int64(len(msg)+len(last))))
 		got <- b
 	}()
