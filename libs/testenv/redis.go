@@ -64,6 +64,14 @@ func startRedisWith(listening bool, args func(r *Redis) []string) (*Redis, error
 	return nil, last
 }
 
+// PID is the running server's process id (0 when it is stopped).
+func (r *Redis) PID() int {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // Start (re)starts the server on its port and waits until it answers PING.
 func (r *Redis) Start() error {
 	if r.cmd != nil {

@@ -5,6 +5,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,20 @@ import (
 // interleaved and in alternating rounds of their own. Reported: ours/raw (goal >= 0.8),
 // ours/redis_rate (goal >= 1), and the over-grant of each limiter on one hot key: decisions
 // allowed beyond burst + rate x elapsed (goal 0); each goal as a goal-met/ figure (1 or 0).
+//
+// This process runs on the first CPU and redis-server on the others (testenv.PinApart), as a
+// Redis on another host would be: every round trip crosses CPUs, for the three paths alike. Left
+// to the scheduler, raw EVALSHA's lone round trip took about 15 us when both ends happened to
+// share a CPU and about 80 us when they did not, so at concurrency 1 the rounds' ratios measured
+// where the scheduler put each path (raw EVALSHA's own rate moved fourfold between runs of the same code:
+// docs/benchmarks.md, "Limiter: where redis-server runs").
 func BenchmarkLimiterDecisions(b *testing.B) {
+	if cpus, restore := testenv.PinApart(b, srv.PID()); cpus != "" {
+		// One CPU, one P: what Go would have chosen had the process started on that CPU.
+		procs := runtime.GOMAXPROCS(1)
+		defer func() { runtime.GOMAXPROCS(procs); restore() }()
+		b.Logf("this process on CPU 0 (GOMAXPROCS 1), redis-server on CPUs %s", cpus)
+	}
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("concurrency-%d", conc), func(b *testing.B) {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128})

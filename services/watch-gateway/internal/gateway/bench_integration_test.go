@@ -160,20 +160,9 @@ var (
 )
 
 func pinCPUs(b *testing.B) (restore func()) {
-	ncpu := runtime.NumCPU()
-	if _, err := exec.LookPath("taskset"); err != nil || ncpu < 2 || os.Getenv("AGENTPLANE_BENCH_NOPIN") != "" {
-		return func() {}
-	}
-	pid := strconv.Itoa(os.Getpid())
-	if out, err := exec.Command("taskset", "-a", "-p", "-c", "0", pid).CombinedOutput(); err != nil {
-		b.Logf("not pinning: %v %s", err, out)
-		return func() {}
-	}
-	pinned, watcherCPUs = true, fmt.Sprintf("1-%d", ncpu-1)
-	return func() {
-		_ = exec.Command("taskset", "-a", "-p", "-c", fmt.Sprintf("0-%d", ncpu-1), pid).Run()
-		pinned = false
-	}
+	cpus, undo := testenv.PinApart(b)
+	pinned, watcherCPUs = cpus != "", cpus
+	return func() { undo(); pinned = false }
 }
 
 func BenchmarkSSEWatchers(b *testing.B) {
