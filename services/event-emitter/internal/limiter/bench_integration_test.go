@@ -26,10 +26,10 @@ import (
 //
 // This process runs on the first CPU and redis-server on the others (testenv.PinApart), as a
 // Redis on another host would be: every round trip crosses CPUs, for the three paths alike. Left
-// to the scheduler, raw EVALSHA's lone round trip took about 15 us when both ends happened to
-// share a CPU and about 80 us when they did not, so at concurrency 1 the rounds' ratios measured
-// where the scheduler put each path (raw EVALSHA's own rate moved fourfold between runs of the same code:
-// docs/benchmarks.md, "Limiter: where redis-server runs").
+// to the scheduler, a lone round trip was several times quicker when both ends happened to share
+// a CPU than when they did not, so at concurrency 1 the rounds' ratios measured where the
+// scheduler put each path (raw EVALSHA's own rate in its rounds moved fourfold between runs of
+// the same code: docs/benchmarks.md, "Limiter: where redis-server runs").
 func BenchmarkLimiterDecisions(b *testing.B) {
 	if cpus, restore := testenv.PinApart(b, srv.PID()); cpus != "" {
 		// One CPU, one P: what Go would have chosen had the process started on that CPU.
