@@ -153,16 +153,14 @@ type phaseResult struct {
 
 // With two CPUs or more and taskset(1) at hand, the gateway (this process) runs on the first CPU
 // and the watcher process on the others, so the load generator does not compete with the system
-// under test; both servers get the same split.
-var (
-	pinned      bool
-	watcherCPUs string
-)
+// under test; both servers get the same split. watcherCPUs is the watcher process's CPU list, ""
+// while nothing is pinned.
+var watcherCPUs string
 
 func pinCPUs(b *testing.B) (restore func()) {
 	cpus, undo := testenv.PinApart(b)
-	pinned, watcherCPUs = cpus != "", cpus
-	return func() { undo(); pinned = false }
+	watcherCPUs = cpus
+	return func() { undo(); watcherCPUs = "" }
 }
 
 func BenchmarkSSEWatchers(b *testing.B) {
@@ -263,7 +261,7 @@ func BenchmarkSSEWatchers(b *testing.B) {
 		testenv.Goal(b, "dispatch-p99/floor<=1.1", ratio(gateway.SrvP99, floor.SrvP99) <= 1.1)
 		testenv.Goal(b, "polling/watching-per-client>=100", perClient >= 100)
 		placement := "gateway and watchers share every CPU"
-		if pinned {
+		if watcherCPUs != "" {
 			placement = "gateway on CPU 0, watchers on CPUs " + watcherCPUs
 		}
 		fmt.Printf("SSE watchers: %d from %d loopback source addresses per phase, %d deltas each, %s apart; %s; GOMAXPROCS %d, fan-out workers %d (gateway and floor)\n",
@@ -423,7 +421,7 @@ func runBenchPhase(b *testing.B, name string, phase int, handler http.Handler, n
 	gBefore := runtime.NumGoroutine()
 
 	args := []string{os.Args[0], "-test.run=^TestBenchSSEClient$", "-test.count=1", "-test.v"}
-	if pinned {
+	if watcherCPUs != "" {
 		args = append([]string{"taskset", "-c", watcherCPUs}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
